@@ -1,0 +1,128 @@
+package token
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+)
+
+const fenceShards = 64
+
+var fenceSeed = maphash.MakeSeed()
+
+// MemoryFence is a [Fence] that keeps high-water marks in process memory.
+// It serves one resource process: its marks die with the process, so a
+// restarted resource accepts any token again until it is claimed anew —
+// keep the high-water in the store (PostgreSQL, Redis) when that matters.
+//
+// The zero value is ready to use. A MemoryFence must not be copied after
+// first use. It is safe for concurrent use: keys are spread over 64 shards,
+// each with its own mutex, so claims on different keys rarely contend and
+// there is no lock across all keys.
+//
+// # Memory
+//
+// Every distinct resource key ever claimed keeps one entry (the key's bytes
+// plus about 50 bytes) until [MemoryFence.Prune] removes it; nothing is
+// freed on its own. Bound it by calling Prune periodically, with a period
+// longer than any holder keeps one token (its whole lease, renewals
+// included). Prune removes the keys not claimed since the previous Prune and
+// raises a per-shard floor to the highest mark it removed, so a pruned key
+// still refuses every token it refused before: pruning never costs safety.
+// It can cost liveness only when a pruned key's floor is above a later,
+// honest token of another key — which fenceguard's lockers avoid, because
+// their tokens grow across keys too (cluster-wide revisions, or counters
+// floored by the server clock). Keep tokens from different lock services in
+// different fences. The shards' maps keep their capacity after a Prune, so
+// memory is bounded by the most keys claimed between two Prunes.
+type MemoryFence struct {
+	shards [fenceShards]fenceShard
+}
+
+type fenceShard struct {
+	mu    sync.Mutex
+	marks map[string]mark // guarded by mu
+	floor Token           // guarded by mu; high-water of every key pruned here
+	gen   uint64          // guarded by mu; incremented by each Prune
+	_     [32]byte        // keep neighbouring shards' mutexes off one cache line
+}
+
+type mark struct {
+	high Token
+	gen  uint64 // shard generation of the last claim
+}
+
+var _ Fence = (*MemoryFence)(nil)
+
+func (f *MemoryFence) shard(resource string) *fenceShard {
+	return &f.shards[maphash.String(fenceSeed, resource)%fenceShards]
+}
+
+// Claim implements [Fence]. It never blocks on other keys' claims and
+// ignores ctx: the check is in memory.
+func (f *MemoryFence) Claim(_ context.Context, resource string, t Token) error {
+	if err := CheckClaim(resource, t); err != nil {
+		return err
+	}
+	s := f.shard(resource)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.marks[resource]
+	if !ok {
+		m.high = s.floor
+	}
+	if t < m.high {
+		return &StaleError{Resource: resource, Presented: t, Current: m.high}
+	}
+	if s.marks == nil {
+		s.marks = make(map[string]mark)
+	}
+	s.marks[resource] = mark{high: t, gen: s.gen}
+	return nil
+}
+
+// HighWater returns the highest token resource has accepted, or the floor
+// a [MemoryFence.Prune] left for it; 0 when it has accepted none.
+func (f *MemoryFence) HighWater(resource string) Token {
+	s := f.shard(resource)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.marks[resource]; ok {
+		return m.high
+	}
+	return s.floor
+}
+
+// Len returns the number of keys the fence holds entries for.
+func (f *MemoryFence) Len() int {
+	n := 0
+	for i := range f.shards {
+		s := &f.shards[i]
+		s.mu.Lock()
+		n += len(s.marks)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Prune removes the keys that were not claimed since the previous call to
+// Prune (or since the fence was created, on the first call) and returns how
+// many it removed. See "Memory" above for how often to call it and why it
+// is safe.
+func (f *MemoryFence) Prune() int {
+	n := 0
+	for i := range f.shards {
+		s := &f.shards[i]
+		s.mu.Lock()
+		for k, m := range s.marks {
+			if m.gen < s.gen {
+				s.floor = max(s.floor, m.high)
+				delete(s.marks, k)
+				n++
+			}
+		}
+		s.gen++
+		s.mu.Unlock()
+	}
+	return n
+}

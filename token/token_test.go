@@ -1,0 +1,175 @@
+package token_test
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseAccepts(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want token.Token
+	}{
+		{"1", 1},
+		{"9", 9},
+		{"10", 10},
+		{"1700000000000000", 1700000000000000},
+		{"18446744073709551615", math.MaxUint64}, // the largest, 20 digits
+		{"9999999999999999999", 9999999999999999999},
+	} {
+		got, err := token.Parse(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("Parse(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+		if got.String() != tc.in {
+			t.Errorf("Parse(%q).String() = %q", tc.in, got.String())
+		}
+	}
+}
+
+func TestParseRejectsHostileInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want token.Reason
+	}{
+		// Nothing at all: a header present but empty.
+		{"empty", "", token.Empty},
+		// The zero token means "none" and is never issued.
+		{"zero", "0", token.Zero},
+		// "00" is zero with a leading zero; either way never valid.
+		{"double zero", "00", token.LeadingZero},
+		// Leading zeros would give one token two spellings.
+		{"leading zero", "042", token.LeadingZero},
+		{"plus sign", "+42", token.NotDigit},
+		{"minus sign", "-42", token.NotDigit},
+		{"leading space", " 42", token.NotDigit},
+		{"trailing space", "42 ", token.NotDigit},
+		{"trailing newline", "42\n", token.NotDigit},
+		// A CRLF could split an HTTP header or forge a log line.
+		{"header injection", "42\r\nX-Admin: 1", token.NotDigit},
+		{"NUL byte", "4\x002", token.NotDigit},
+		{"hex", "0x2a", token.NotDigit},
+		{"exponent", "1e9", token.NotDigit},
+		{"decimal point", "42.0", token.NotDigit},
+		{"digit grouping", "1_000", token.NotDigit},
+		{"comma list", "1,2", token.NotDigit},
+		// Unicode digits are digits to unicode.IsDigit, not to us.
+		{"arabic-indic digits", "٤٢", token.NotDigit},
+		{"fullwidth digits", "４２", token.NotDigit},
+		{"invalid UTF-8", "4\xff2", token.NotDigit},
+		// 2^64 is one past the largest.
+		{"2^64", "18446744073709551616", token.Overflow},
+		{"20 nines", "99999999999999999999", token.Overflow},
+		{"21 digits", "100000000000000000000", token.TooLong},
+		{"very long", strings.Repeat("9", 10000), token.TooLong},
+		{"long with leading zeros", strings.Repeat("0", 25) + "1", token.TooLong},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := token.Parse(tc.in)
+			if err == nil {
+				t.Fatalf("Parse(%q) = %d, want an error", tc.in, got)
+			}
+			if got != 0 {
+				t.Errorf("Parse(%q) returned token %d with its error", tc.in, got)
+			}
+			if !errors.Is(err, token.ErrInvalid) {
+				t.Errorf("error %v does not unwrap to ErrInvalid", err)
+			}
+			var se *token.SyntaxError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %T is not a *SyntaxError", err)
+			}
+			if se.Reason != tc.want {
+				t.Errorf("reason %v, want %v", se.Reason, tc.want)
+			}
+			if len(se.Input) > 32 {
+				t.Errorf("error keeps %d bytes of input, want at most 32", len(se.Input))
+			}
+			if strings.ContainsAny(err.Error(), "\r\n\x00") {
+				t.Errorf("error message carries raw control characters: %q", err.Error())
+			}
+		})
+	}
+}
+
+func TestSyntaxErrorOffset(t *testing.T) {
+	_, err := token.Parse("12x4")
+	var se *token.SyntaxError
+	if !errors.As(err, &se) || se.Offset != 2 {
+		t.Fatalf("Parse(\"12x4\") = %v, want NotDigit at offset 2", err)
+	}
+	if want := `invalid fencing token "12x4": not a decimal digit at offset 2`; err.Error() != want {
+		t.Errorf("message %q, want %q", err.Error(), want)
+	}
+}
+
+func TestTextRoundTrip(t *testing.T) {
+	var tok token.Token
+	if err := tok.UnmarshalText([]byte("123")); err != nil || tok != 123 {
+		t.Fatalf("UnmarshalText(123) = %d, %v", tok, err)
+	}
+	b, _ := tok.MarshalText()
+	if string(b) != "123" {
+		t.Errorf("MarshalText = %q", b)
+	}
+	tok = 7
+	if err := tok.UnmarshalText([]byte("-1")); !errors.Is(err, token.ErrInvalid) || tok != 7 {
+		t.Errorf("UnmarshalText(-1) = %v and left %d, want ErrInvalid and 7 unchanged", err, tok)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"1", "42", "0", "007", "-1", "+1", " 1", "18446744073709551615",
+		"18446744073709551616", "99999999999999999999", "1e3", "٤", "\x00", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, err := token.Parse(s)
+		// The reference: strconv's reading, narrowed to the wire form's rules.
+		ref, refErr := strconv.ParseUint(s, 10, 64)
+		canonical := refErr == nil && ref != 0 && strconv.FormatUint(ref, 10) == s
+		if err != nil {
+			if canonical {
+				t.Fatalf("Parse(%q) rejected a canonical token: %v", s, err)
+			}
+			if !errors.Is(err, token.ErrInvalid) || tok != 0 {
+				t.Fatalf("Parse(%q) = %d, %v: want 0 and an ErrInvalid", s, tok, err)
+			}
+			return
+		}
+		if !canonical || uint64(tok) != ref {
+			t.Fatalf("Parse(%q) accepted %d, strconv says %d, %v", s, tok, ref, refErr)
+		}
+		if tok.String() != s {
+			t.Fatalf("round trip: Parse(%q).String() = %q", s, tok.String())
+		}
+		again, err := token.Parse(tok.String())
+		if err != nil || again != tok {
+			t.Fatalf("round trip: Parse(%q) = %d, %v", tok.String(), again, err)
+		}
+	})
+}
+
+func TestStaleError(t *testing.T) {
+	var err error = &token.StaleError{Resource: "sku:1", Presented: 5, Current: 6}
+	if !errors.Is(err, token.ErrStale) {
+		t.Error("StaleError does not unwrap to ErrStale")
+	}
+	if errors.Is(err, token.ErrInvalid) {
+		t.Error("StaleError matches ErrInvalid")
+	}
+	want := `stale fencing token for "sku:1": presented 5, resource has seen 6`
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err.Error(), want)
+	}
+}
