@@ -1,0 +1,40 @@
+// Package locks is the contract every fenceguard lock backend implements,
+// and the errors callers test for.
+//
+// A [Locker] grants a [Lease] on a key for a TTL. Every grant carries a
+// fencing token ([token.Token]) larger than any earlier grant of the same
+// key. Each backend's package documents why its tokens grow and what could
+// make them go back (see also docs/design.md in the repository).
+//
+// # A lock is not enough
+//
+// A lease can be lost at any moment without its holder noticing in time: a
+// stop-the-world pause, a frozen VM or a slow network can outlast the TTL,
+// another client is granted the lock, and the first one carries on as if it
+// still held it. Nothing on the holder's side can prevent that. What makes
+// the write safe is the resource checking the token: send [Lease.Token] with
+// every access and let the resource refuse tokens lower than the highest it
+// has seen (package token's [token.Fence], or an enforcer in the store).
+//
+// # Lifecycle
+//
+// Renew and Release are conditional on the exact grant the lease stands
+// for — its stored value, create revision or znode — so a late or retried
+// call can never extend or delete a newer holder's lock. Release is
+// idempotent. Most users do not call Renew themselves: package guard keeps
+// leases alive and cancels a context when one is lost.
+//
+// # Errors
+//
+//   - [ErrNotObtained]: [Locker.TryAcquire] found the lock held.
+//   - [ErrNotHeld]: Renew or Release of a grant that is no longer held (it
+//     expired, was taken over or was deleted). The holder has lost the lock
+//     and may already have been overtaken.
+//   - [ErrInvalid]: a bad argument (empty key, TTL too short for the
+//     backend); nothing was sent to the server.
+//
+// Any other error is a failure to reach or use the lock service; the state
+// of the lock is then unknown. Callers test errors with [errors.Is].
+//
+// Lockers and leases are safe for concurrent use.
+package locks

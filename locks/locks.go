@@ -1,0 +1,81 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Locker grants leases on keys. Implementations are safe for concurrent use.
+type Locker interface {
+	// Acquire blocks until the lock on key is granted for ttl, or ctx ends.
+	// A waiting Acquire wakes when the holder releases or its lease expires,
+	// not by polling at a fixed rate. When ctx ends first it returns an
+	// error wrapping ctx.Err() and leaves nothing behind: no grant, no
+	// waiting entry that would hold up later acquirers.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (Lease, error)
+
+	// TryAcquire makes one attempt. When the lock is held it returns
+	// ErrNotObtained at once.
+	TryAcquire(ctx context.Context, key string, ttl time.Duration) (Lease, error)
+}
+
+// Lease is one grant of a lock.
+type Lease interface {
+	// Key is the lock's key.
+	Key() string
+
+	// Token is the grant's fencing token: never zero, larger than the token
+	// of every earlier grant of Key.
+	Token() token.Token
+
+	// TTL is the lease duration the lock was granted (and is renewed) for.
+	TTL() time.Duration
+
+	// Deadline is when the lease ends unless renewed, measured
+	// conservatively on the local clock: from before the request that
+	// granted or last renewed it was sent, so the server's own expiry is no
+	// earlier (clock drift aside). Past the deadline the lock may belong to
+	// someone else.
+	Deadline() time.Time
+
+	// Renew extends the lease by TTL from now, only if this grant still
+	// holds the lock. It returns an error wrapping ErrNotHeld when it does
+	// not.
+	Renew(ctx context.Context) error
+
+	// Release gives the lock up, only if this grant still holds it, and
+	// wakes the next waiter. It is idempotent: after a successful release,
+	// further calls return nil. When the grant was no longer held it
+	// returns an error wrapping ErrNotHeld and changes nothing on the
+	// server.
+	Release(ctx context.Context) error
+}
+
+// Sentinel errors, tested with [errors.Is].
+var (
+	ErrNotObtained = errors.New("lock not obtained: held by another")
+	ErrNotHeld     = errors.New("lock not held: the lease expired or was taken over")
+	ErrInvalid     = errors.New("invalid lock argument")
+)
+
+// CheckArgs validates the arguments of an acquire: a non-empty key and a
+// TTL of at least minTTL. Backends call it before touching the server and
+// pass their own minimum (the backend's resolution).
+func CheckArgs(key string, ttl, minTTL time.Duration) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if ttl < minTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, minTTL)
+	}
+	return nil
+}
+
+// NotHeldError returns an error wrapping ErrNotHeld that names the lease.
+func NotHeldError(op, key string, t token.Token) error {
+	return fmt.Errorf("%s %q (token %d): %w", op, key, t, ErrNotHeld)
+}

@@ -1,0 +1,540 @@
+// Package lockstest is the behavioural suite every [locks.Locker] must pass,
+// written once and run by each backend package against its real server:
+//
+//	func TestConformance(t *testing.T) {
+//		lockstest.Run(t, lockstest.Config{
+//			NewLocker: func(t *testing.T) locks.Locker { return newLockerForTest(t) },
+//		})
+//	}
+//
+// The suite checks mutual exclusion, a single winner among concurrent
+// try-acquires, strictly increasing tokens, what happens to a lease that
+// expired behind its holder's back, wake-up on release, prompt and clean
+// cancellation, and independence of keys. Each subtest uses keys of its own,
+// so lockers may share one server with other tests. Subtests run one after
+// another: several measure latency and must not compete for the CPU.
+package lockstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Config says how to run the suite against one backend.
+type Config struct {
+	// NewLocker returns the locker under test. It is called once per
+	// subtest and may register cleanups on t. Required.
+	NewLocker func(t *testing.T) locks.Locker
+
+	// ShortTTL is the lease the expiry and renewal tests wait out: long
+	// enough for a few round trips, at least the backend's minimum TTL.
+	// Default 300ms.
+	ShortTTL time.Duration
+
+	// LongTTL is a lease that must not expire during a subtest, so that
+	// only a release can free the lock. Default 30s.
+	LongTTL time.Duration
+
+	// Workers and Rounds shape the mutual-exclusion test: Workers
+	// goroutines each take the lock Rounds times. Defaults 16 and 25.
+	Workers, Rounds int
+
+	// Grants is how many successive grants of one key the token test
+	// takes. Default 200.
+	Grants int
+}
+
+// Bounds the suite asserts. They are generous on purpose: the benchmarks
+// report the real figures.
+const (
+	// WakeBound is how soon after a release a blocked acquirer must hold
+	// the lock.
+	WakeBound = 250 * time.Millisecond
+	// CancelBound is how soon after its context ends a blocked acquire
+	// must return.
+	CancelBound = 100 * time.Millisecond
+)
+
+func (c *Config) defaults() {
+	if c.ShortTTL == 0 {
+		c.ShortTTL = 300 * time.Millisecond
+	}
+	if c.LongTTL == 0 {
+		c.LongTTL = 30 * time.Second
+	}
+	if c.Workers == 0 {
+		c.Workers = 16
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 25
+	}
+	if c.Grants == 0 {
+		c.Grants = 200
+	}
+}
+
+// Run runs the suite. Each behaviour is a subtest named after it, so a
+// backend can run one with -run 'TestConformance/Expiry'.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.NewLocker == nil {
+		t.Fatal("lockstest: Config.NewLocker is required")
+	}
+	cfg.defaults()
+	s := &suite{cfg: cfg}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"LeaseAccessors", s.leaseAccessors},
+		{"InvalidArguments", s.invalidArguments},
+		{"MutualExclusion", s.mutualExclusion},
+		{"OneWinnerAmongTryAcquires", s.oneWinner},
+		{"TokensIncrease", s.tokensIncrease},
+		{"TokensIncreaseInterleaved", s.tokensInterleaved},
+		{"Expiry", s.expiry},
+		{"RenewExtends", s.renewExtends},
+		{"ReleaseIdempotent", s.releaseIdempotent},
+		{"WakeOnRelease", s.wakeOnRelease},
+		{"CancelWhileWaiting", s.cancelWhileWaiting},
+		{"CancelledBeforeAcquire", s.cancelledBefore},
+		{"KeysIndependent", s.keysIndependent},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+type suite struct{ cfg Config }
+
+var keySeq atomic.Uint64
+
+// key returns a key no other test uses, with the subtest's name in it so a
+// leftover is easy to trace. Names contain '/': backends must take any key.
+func key(t *testing.T, suffix string) string {
+	return fmt.Sprintf("lockstest/%s/%d-%x/%s", t.Name(), keySeq.Add(1), rand.Uint32(), suffix)
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *suite) locker(t *testing.T) locks.Locker {
+	t.Helper()
+	l := s.cfg.NewLocker(t)
+	if l == nil {
+		t.Fatal("NewLocker returned nil")
+	}
+	return l
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, l locks.Locker, k string, ttl time.Duration) locks.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, k, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", k, err)
+	}
+	return lease
+}
+
+func mustRelease(t *testing.T, ctx context.Context, lease locks.Lease) {
+	t.Helper()
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release(%q, token %d): %v", lease.Key(), lease.Token(), err)
+	}
+}
+
+// assertHeld checks that k is held: a try-acquire by someone else fails.
+func assertHeld(t *testing.T, ctx context.Context, l locks.Locker, k string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctx, k, time.Second)
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Fatalf("%q should be held, but TryAcquire got token %d", k, lease.Token())
+	}
+	if !errors.Is(err, locks.ErrNotObtained) {
+		t.Fatalf("TryAcquire(%q) on a held key: %v, want ErrNotObtained", k, err)
+	}
+}
+
+func (s *suite) leaseAccessors(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	ttl := s.cfg.LongTTL
+	before := time.Now()
+	lease := mustAcquire(t, ctx, l, k, ttl)
+	after := time.Now()
+	defer mustRelease(t, ctx, lease)
+	if lease.Key() != k {
+		t.Errorf("Key() = %q, want %q", lease.Key(), k)
+	}
+	if lease.Token() == 0 {
+		t.Error("Token() is zero: the zero token is never issued")
+	}
+	if lease.TTL() != ttl {
+		t.Errorf("TTL() = %v, want %v", lease.TTL(), ttl)
+	}
+	if d := lease.Deadline(); d.Before(before.Add(ttl)) || d.After(after.Add(ttl)) {
+		t.Errorf("Deadline() = %v, want within [%v, %v] (acquire window + TTL)", d, before.Add(ttl), after.Add(ttl))
+	}
+}
+
+func (s *suite) invalidArguments(t *testing.T) {
+	l, ctx := s.locker(t), ctxFor(t, time.Minute)
+	for _, tc := range []struct {
+		name string
+		key  string
+		ttl  time.Duration
+	}{
+		{"empty key", "", time.Second},
+		{"zero ttl", key(t, "k"), 0},
+		{"negative ttl", key(t, "k"), -time.Second},
+	} {
+		for op, acquire := range map[string]func(context.Context, string, time.Duration) (locks.Lease, error){
+			"Acquire": l.Acquire, "TryAcquire": l.TryAcquire,
+		} {
+			lease, err := acquire(ctx, tc.key, tc.ttl)
+			if !errors.Is(err, locks.ErrInvalid) {
+				t.Errorf("%s with %s: %v, want ErrInvalid", op, tc.name, err)
+			}
+			if lease != nil {
+				t.Errorf("%s with %s returned a lease", op, tc.name)
+			}
+		}
+	}
+}
+
+// Workers increment a plain int under the lock. Lost updates or two
+// holders at once show as a wrong count, an overlap, or a race report.
+func (s *suite) mutualExclusion(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, 5*time.Minute), key(t, "counter")
+	var counter int // deliberately not atomic: the lock must protect it
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Go(func() {
+			for range s.cfg.Rounds {
+				lease, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders inside the critical section at once", n)
+				}
+				v := counter
+				if rand.IntN(4) == 0 {
+					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) // widen the window
+				}
+				counter = v + 1
+				inside.Add(-1)
+				if err := lease.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if want := s.cfg.Workers * s.cfg.Rounds; counter != want {
+		t.Errorf("counter = %d, want %d: updates were lost", counter, want)
+	}
+}
+
+func (s *suite) oneWinner(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	const n = 100
+	start := make(chan struct{})
+	var winners atomic.Int32
+	var won atomic.Pointer[locks.Lease]
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			lease, err := l.TryAcquire(ctx, k, s.cfg.LongTTL)
+			switch {
+			case err == nil:
+				winners.Add(1)
+				won.Store(&lease)
+			case !errors.Is(err, locks.ErrNotObtained):
+				t.Errorf("TryAcquire: %v, want nil or ErrNotObtained", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := winners.Load(); got != 1 {
+		t.Fatalf("%d of %d concurrent TryAcquires won, want exactly 1", got, n)
+	}
+	mustRelease(t, ctx, *won.Load())
+}
+
+func (s *suite) tokensIncrease(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, 5*time.Minute), key(t, "k")
+	var prev token.Token
+	for i := range s.cfg.Grants {
+		lease := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+		if tok := lease.Token(); tok <= prev {
+			t.Fatalf("grant %d: token %d after %d, want strictly larger", i, tok, prev)
+		}
+		prev = lease.Token()
+		mustRelease(t, ctx, lease)
+	}
+}
+
+// Goroutines take grants of a few keys in random order. Grants of one key
+// are serialised by the lock, so each key's tokens, recorded while holding
+// it, must strictly increase — whatever the other keys did in between.
+func (s *suite) tokensInterleaved(t *testing.T) {
+	l, ctx := s.locker(t), ctxFor(t, 5*time.Minute)
+	keys := []string{key(t, "a"), key(t, "b"), key(t, "c")}
+	type grants struct{ toks []token.Token } // guarded by the lock under test
+	seen := make(map[string]*grants, len(keys))
+	for _, k := range keys {
+		seen[k] = new(grants)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range s.cfg.Grants / 4 {
+				k := keys[rand.IntN(len(keys))]
+				lease, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+				if err != nil {
+					t.Errorf("Acquire(%q): %v", k, err)
+					return
+				}
+				g := seen[k]
+				g.toks = append(g.toks, lease.Token())
+				if err := lease.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range keys {
+		toks := seen[k].toks
+		for i := 1; i < len(toks); i++ {
+			if toks[i] <= toks[i-1] {
+				t.Fatalf("%s: grant %d got token %d after %d", k, i, toks[i], toks[i-1])
+			}
+		}
+	}
+}
+
+// A holder's lease runs out while it is not looking. The next holder must
+// get a larger token, and the old lease's renew and release must fail with
+// ErrNotHeld and leave the new grant alone.
+func (s *suite) expiry(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	start := time.Now()
+	old := mustAcquire(t, ctx, l, k, s.cfg.ShortTTL)
+
+	// Blocks until the old lease expires on the server.
+	next := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	if waited := time.Since(start); waited < s.cfg.ShortTTL {
+		t.Fatalf("second holder got the lock %v after the first acquired it with a %v TTL", waited, s.cfg.ShortTTL)
+	}
+	if next.Token() <= old.Token() {
+		t.Fatalf("new holder's token %d is not above the expired holder's %d", next.Token(), old.Token())
+	}
+	if err := old.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Renew of the expired lease: %v, want ErrNotHeld", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Release of the expired lease: %v, want ErrNotHeld", err)
+	}
+	assertHeld(t, ctx, l, k)
+	if err := next.Renew(ctx); err != nil {
+		t.Errorf("new holder's Renew after the old one's release: %v", err)
+	}
+	mustRelease(t, ctx, next)
+
+	// Expired with nobody taking over: still not held.
+	lone := mustAcquire(t, ctx, l, k, s.cfg.ShortTTL)
+	time.Sleep(s.cfg.ShortTTL + s.cfg.ShortTTL/2)
+	if err := lone.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Renew of a lease that expired unclaimed: %v, want ErrNotHeld", err)
+	}
+	after, err := l.TryAcquire(ctx, k, s.cfg.LongTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after expiry: %v", err)
+	}
+	if after.Token() <= lone.Token() {
+		t.Errorf("token %d after an expired %d", after.Token(), lone.Token())
+	}
+	mustRelease(t, ctx, after)
+}
+
+// Renewing at a third of the TTL keeps the lock well past the first TTL.
+func (s *suite) renewExtends(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	ttl := s.cfg.ShortTTL
+	lease := mustAcquire(t, ctx, l, k, ttl)
+	first := lease.Deadline()
+	for range 9 { // three TTLs in all
+		time.Sleep(ttl / 3)
+		if err := lease.Renew(ctx); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		assertHeld(t, ctx, l, k)
+	}
+	if !lease.Deadline().After(first.Add(ttl)) {
+		t.Errorf("Deadline did not move on renewal: first %v, now %v", first, lease.Deadline())
+	}
+	mustRelease(t, ctx, lease)
+}
+
+func (s *suite) releaseIdempotent(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	lease := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	mustRelease(t, ctx, lease)
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("second Release: %v, want nil", err)
+	}
+	if err := lease.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Renew after Release: %v, want ErrNotHeld", err)
+	}
+	// The key is free again, and a late release of the old grant must not
+	// free the new one.
+	next, err := l.TryAcquire(ctx, k, s.cfg.LongTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after Release: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("third Release: %v, want nil", err)
+	}
+	assertHeld(t, ctx, l, k)
+	mustRelease(t, ctx, next)
+}
+
+// The lock is held with a long TTL, so only the release can let the waiter
+// in, and it must do so promptly.
+func (s *suite) wakeOnRelease(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	holder := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	type result struct {
+		lease locks.Lease
+		at    time.Time
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+		got <- result{lease, time.Now(), err}
+	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter block; nothing to observe
+	select {
+	case r := <-got:
+		t.Fatalf("waiter got the lock while it was held: %v, %v", r.lease, r.err)
+	default:
+	}
+	released := time.Now()
+	mustRelease(t, ctx, holder)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer mustRelease(t, ctx, r.lease)
+	if d := r.at.Sub(released); d > WakeBound {
+		t.Errorf("waiter held the lock %v after the release, want under %v", d, WakeBound)
+	}
+	if r.lease.Token() <= holder.Token() {
+		t.Errorf("waiter's token %d is not above the holder's %d", r.lease.Token(), holder.Token())
+	}
+}
+
+func (s *suite) cancelWhileWaiting(t *testing.T) {
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	holder := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	const after = 150 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		want error
+		// start returns the waiter's context, when it ends, and a cleanup.
+		start func() (context.Context, func() time.Time, func())
+	}{
+		{"cancel", context.Canceled, func() (context.Context, func() time.Time, func()) {
+			c, cancel := context.WithCancel(ctx)
+			var at atomic.Pointer[time.Time]
+			timer := time.AfterFunc(after, func() { now := time.Now(); at.Store(&now); cancel() })
+			return c, func() time.Time { return *at.Load() }, func() { timer.Stop(); cancel() }
+		}},
+		{"deadline", context.DeadlineExceeded, func() (context.Context, func() time.Time, func()) {
+			c, cancel := context.WithTimeout(ctx, after)
+			d, _ := c.Deadline()
+			return c, func() time.Time { return d }, cancel
+		}},
+	} {
+		wctx, ended, cleanup := tc.start()
+		lease, err := l.Acquire(wctx, k, s.cfg.LongTTL)
+		returned := time.Now()
+		cleanup()
+		if err == nil {
+			_ = lease.Release(ctx)
+			t.Fatalf("%s: Acquire of a held key returned a lease", tc.name)
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: Acquire returned %v, want an error wrapping %v", tc.name, err, tc.want)
+		}
+		if late := returned.Sub(ended()); late > CancelBound {
+			t.Errorf("%s: Acquire returned %v after its context ended, want under %v", tc.name, late, CancelBound)
+		}
+	}
+	// The abandoned waiters must not be next in line.
+	mustRelease(t, ctx, holder)
+	next, err := l.TryAcquire(ctx, k, s.cfg.LongTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after the waiters gave up: %v — a cancelled acquire left something behind", err)
+	}
+	mustRelease(t, ctx, next)
+}
+
+func (s *suite) cancelledBefore(t *testing.T) {
+	l, k := s.locker(t), key(t, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	for op, acquire := range map[string]func(context.Context, string, time.Duration) (locks.Lease, error){
+		"Acquire": l.Acquire, "TryAcquire": l.TryAcquire,
+	} {
+		lease, err := acquire(ctx, k, s.cfg.LongTTL)
+		if !errors.Is(err, context.Canceled) || lease != nil {
+			t.Errorf("%s with a cancelled context: %v, %v; want context.Canceled and no lease", op, lease, err)
+		}
+	}
+	if d := time.Since(start); d > CancelBound {
+		t.Errorf("acquires with a cancelled context took %v", d)
+	}
+	lease, err := l.TryAcquire(ctxFor(t, time.Minute), k, s.cfg.LongTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after the cancelled attempts: %v", err)
+	}
+	mustRelease(t, context.Background(), lease)
+}
+
+func (s *suite) keysIndependent(t *testing.T) {
+	l, ctx := s.locker(t), ctxFor(t, time.Minute)
+	a, b := key(t, "a"), key(t, "b")
+	la := mustAcquire(t, ctx, l, a, s.cfg.LongTTL)
+	lb, err := l.TryAcquire(ctx, b, s.cfg.LongTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire(b) while a is held: %v", err)
+	}
+	mustRelease(t, ctx, la)
+	if err := lb.Renew(ctx); err != nil {
+		t.Fatalf("Renew(b) after releasing a: %v", err)
+	}
+	assertHeld(t, ctx, l, b)
+	mustRelease(t, ctx, lb)
+}
