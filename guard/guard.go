@@ -1,0 +1,223 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Options configure a [Guard]. The zero value of each field selects its
+// default.
+type Options struct {
+	// TTL is the lease duration asked of the locker. Default 15s.
+	TTL time.Duration
+
+	// RenewInterval is how often the keep-alive renews. Default TTL/3. It
+	// must be shorter than the local deadline, TTL·(1-Drift).
+	RenewInterval time.Duration
+
+	// Drift is the fraction of the TTL the local deadline keeps in hand
+	// for clock drift between this process and the lock service: the
+	// lease counts as lost TTL·Drift before the locker's expiry estimate.
+	// Default 0.01; at most 0.5.
+	Drift float64
+
+	// MinBackoff and MaxBackoff bound the wait between attempts when
+	// Acquire meets a transient error (the lock service unreachable).
+	// Waits double from MinBackoff up to MaxBackoff, with full jitter.
+	// Defaults 10ms and 1s.
+	MinBackoff, MaxBackoff time.Duration
+
+	// Clock drives renewals and the local deadline. Default: the real
+	// clock. Tests inject a fake one to jump time.
+	Clock clockwork.Clock
+
+	// Observer, when set, is called synchronously for every [Event]. It
+	// must be quick and must not call back into the Guard.
+	Observer func(Event)
+}
+
+// Guard acquires leases from a locker and keeps them alive.
+type Guard struct {
+	locker locks.Locker
+	o      Options
+	drift  time.Duration // TTL·Drift
+}
+
+// New returns a Guard over l. It fails with an error wrapping
+// [ErrBadOptions] when o is inconsistent.
+func New(l locks.Locker, o Options) (*Guard, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil locker", ErrBadOptions)
+	}
+	if o.TTL == 0 {
+		o.TTL = 15 * time.Second
+	}
+	if o.Drift == 0 {
+		o.Drift = 0.01
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = o.TTL / 3
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = 10 * time.Millisecond
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	switch {
+	case o.TTL < 0:
+		return nil, fmt.Errorf("%w: negative TTL %v", ErrBadOptions, o.TTL)
+	case o.Drift < 0 || o.Drift > 0.5:
+		return nil, fmt.Errorf("%w: Drift %v outside [0, 0.5]", ErrBadOptions, o.Drift)
+	case o.RenewInterval < 0 || float64(o.RenewInterval) >= float64(o.TTL)*(1-o.Drift):
+		return nil, fmt.Errorf("%w: RenewInterval %v must be positive and below TTL·(1-Drift) = %v",
+			ErrBadOptions, o.RenewInterval, time.Duration(float64(o.TTL)*(1-o.Drift)))
+	case o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff:
+		return nil, fmt.Errorf("%w: backoff %v..%v", ErrBadOptions, o.MinBackoff, o.MaxBackoff)
+	}
+	return &Guard{locker: l, o: o, drift: time.Duration(float64(o.TTL) * o.Drift)}, nil
+}
+
+// Errors of this package, tested with [errors.Is].
+var (
+	// ErrLost is what every [*LostError] unwraps to.
+	ErrLost = errors.New("lease lost")
+	// ErrReleased is the cause of a lease context cancelled by Release.
+	ErrReleased = errors.New("lease released")
+	// ErrDeadline is why a lease is lost when renewals failed until the
+	// local deadline passed.
+	ErrDeadline = errors.New("local deadline passed without a successful renewal")
+	// ErrBadOptions reports an inconsistent [Options].
+	ErrBadOptions = errors.New("guard: bad options")
+)
+
+// LostError is the cause of a lease context cancelled because the lease was
+// lost. It unwraps to [ErrLost] and to the reason: an error wrapping
+// [locks.ErrNotHeld] when a renewal or release was refused, or
+// [ErrDeadline] (with the last renewal error) when renewals failed for too
+// long.
+type LostError struct {
+	Key   string
+	Token token.Token
+	Err   error
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("lease on %q (token %d) lost: %v", e.Key, e.Token, e.Err)
+}
+
+// Unwrap returns [ErrLost] and the reason.
+func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
+
+// Acquire blocks until the lock on key is granted or ctx ends, and returns
+// the lease with its keep-alive running. Transient errors are retried with
+// backoff until ctx ends; invalid arguments are not. When ctx already
+// carries a lease on key from this Guard, Acquire returns a nested hold of
+// it at once (see "Re-entrancy" in the package doc).
+//
+// The lease outlives ctx: cancelling ctx after Acquire returns does not
+// release it. Its context keeps ctx's values.
+func (g *Guard) Acquire(ctx context.Context, key string) (*Lease, error) {
+	return g.acquire(ctx, key, g.locker.Acquire)
+}
+
+// TryAcquire is Acquire making one attempt: it returns an error wrapping
+// [locks.ErrNotObtained] when the lock is held, and does not retry
+// transient errors.
+func (g *Guard) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	return g.acquire(ctx, key, func(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+		l, err := g.locker.TryAcquire(ctx, key, ttl)
+		if err != nil {
+			err = permanent{err}
+		}
+		return l, err
+	})
+}
+
+// permanent marks an error Acquire must not retry.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+func (g *Guard) acquire(ctx context.Context, key string, try func(context.Context, string, time.Duration) (locks.Lease, error)) (*Lease, error) {
+	if h := heldIn(ctx, g, key); h != nil {
+		if err := h.ctx.Err(); err != nil {
+			return nil, fmt.Errorf("guard: acquire %q inside a lease that ended: %w", key, context.Cause(h.ctx))
+		}
+		return &Lease{h: h, nested: true}, nil
+	}
+	start := g.o.Clock.Now()
+	backoff := g.o.MinBackoff
+	for {
+		l, err := try(ctx, key, g.o.TTL)
+		if err == nil {
+			if h := g.hold(ctx, l, start); h != nil {
+				return &Lease{h: h}, nil
+			}
+			// The grant came too late to be of use (the call outlasted the
+			// TTL): give it back and try again.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.o.TTL)
+			_ = l.Release(rctx)
+			cancel()
+			err = fmt.Errorf("granted after its local deadline had passed: %w", ErrDeadline)
+		}
+		var p permanent
+		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.As(err, &p) {
+			wait := rand.N(backoff + 1)
+			backoff = min(2*backoff, g.o.MaxBackoff)
+			t := g.o.Clock.NewTimer(wait)
+			select {
+			case <-t.Chan():
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		}
+		g.observe(Event{Kind: AcquireFailed, Key: key, Duration: g.o.Clock.Since(start), Err: err})
+		return nil, fmt.Errorf("guard: acquire %q: %w", key, err)
+	}
+}
+
+// Do acquires key, runs fn, and releases the lock, also when fn panics.
+// fn's context is ctx carrying the token ([token.FromContext]) and the hold
+// (for re-entrancy); it is cancelled with a [*LostError] cause if the lease
+// is lost. Do returns fn's error joined with the release's: when the lease
+// was lost, errors.Is(err, ErrLost) holds even if fn returned nil.
+func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context, t token.Token) error) (err error) {
+	lease, err := g.Acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The caller's ctx may be done; the release must still happen.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.o.TTL)
+		defer cancel()
+		err = errors.Join(err, lease.Release(rctx))
+	}()
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	defer stop()
+	fctx = context.WithValue(token.NewContext(fctx, key, lease.Token()), holdKey{g, key}, lease.h)
+	return fn(fctx, lease.Token())
+}
+
+func (g *Guard) observe(e Event) {
+	if g.o.Observer != nil {
+		g.o.Observer(e)
+	}
+}

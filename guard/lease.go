@@ -1,0 +1,224 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Lease is a held lock with its keep-alive running. Nested holds (see
+// "Re-entrancy") share the outermost one's lease.
+type Lease struct {
+	h      *hold
+	nested bool
+
+	once   sync.Once
+	relErr error
+}
+
+// Key is the lock's key.
+func (l *Lease) Key() string { return l.h.lease.Key() }
+
+// Token is the grant's fencing token. Send it with every access to the
+// guarded resource.
+func (l *Lease) Token() token.Token { return l.h.lease.Token() }
+
+// Context is cancelled when the lease is lost, with a [*LostError] as its
+// [context.Cause], or released, with [ErrReleased]. It carries the token
+// ([token.FromContext]) and the hold, for re-entrant acquires.
+func (l *Lease) Context() context.Context { return l.h.ctx }
+
+// Deadline is the local deadline on the Guard's clock: the lease counts as
+// lost then unless a renewal succeeds before.
+func (l *Lease) Deadline() time.Time {
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	return l.h.deadline
+}
+
+// Nested reports whether this is a nested hold of an outer lease.
+func (l *Lease) Nested() bool { return l.nested }
+
+// Release cancels the lease context, stops the keep-alive and waits for it,
+// then releases the lock. It returns a [*LostError] when the lease had been
+// lost (or the release found it no longer held), and an error from the
+// locker when the release could not be made; the lock then expires at the
+// end of its TTL. Releasing a nested hold does nothing but report a loss.
+// Release is idempotent: later calls return the first call's result.
+func (l *Lease) Release(ctx context.Context) error {
+	l.once.Do(func() {
+		if l.nested {
+			l.relErr = loss(l.h.ctx)
+			return
+		}
+		l.relErr = l.h.release(ctx)
+	})
+	return l.relErr
+}
+
+// loss returns ctx's cause when it is a loss, else nil.
+func loss(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLost) {
+		return cause
+	}
+	return nil
+}
+
+type state int
+
+const (
+	held state = iota
+	lost
+	released
+)
+
+// hold is one grant kept alive by one goroutine.
+type hold struct {
+	g      *Guard
+	lease  locks.Lease
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	since  time.Time       // on the Guard's clock
+	timer  clockwork.Timer // fires at the local deadline
+	done   chan struct{}   // closed when the keep-alive goroutine exits
+
+	mu       sync.Mutex
+	state    state     // guarded by mu
+	deadline time.Time // guarded by mu
+	lastErr  error     // guarded by mu; the last renewal error
+}
+
+type holdKey struct {
+	g   *Guard
+	key string
+}
+
+func heldIn(ctx context.Context, g *Guard, key string) *hold {
+	h, _ := ctx.Value(holdKey{g, key}).(*hold)
+	return h
+}
+
+// hold starts keeping l alive, or returns nil when l's local deadline has
+// already passed.
+func (g *Guard) hold(ctx context.Context, l locks.Lease, start time.Time) *hold {
+	left := time.Until(l.Deadline()) - g.drift
+	if left <= 0 {
+		return nil
+	}
+	now := g.o.Clock.Now()
+	h := &hold{g: g, lease: l, since: now, deadline: now.Add(left), done: make(chan struct{})}
+	hctx := context.WithValue(token.NewContext(context.WithoutCancel(ctx), l.Key(), l.Token()), holdKey{g, l.Key()}, h)
+	h.ctx, h.cancel = context.WithCancelCause(hctx)
+	h.mu.Lock() // the timer may fire before AfterFunc returns
+	h.timer = g.o.Clock.AfterFunc(left, func() { h.lose(ErrDeadline) })
+	h.mu.Unlock()
+	g.observe(Event{Kind: Acquired, Key: l.Key(), Token: l.Token(), Duration: now.Sub(start)})
+	go h.keepAlive()
+	return h
+}
+
+func (h *hold) keepAlive() {
+	defer close(h.done)
+	o := &h.g.o
+	t := o.Clock.NewTimer(o.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		start := o.Clock.Now()
+		err := h.lease.Renew(h.ctx)
+		switch {
+		case h.ctx.Err() != nil:
+			return // released or lost meanwhile; the renewal does not count
+		case err == nil:
+			h.renewed(o.Clock.Since(start))
+			t.Reset(o.RenewInterval)
+		case errors.Is(err, locks.ErrNotHeld):
+			h.lose(err)
+			return
+		default:
+			h.mu.Lock()
+			h.lastErr = err
+			h.mu.Unlock()
+			h.g.observe(Event{Kind: RenewFailed, Key: h.lease.Key(), Token: h.lease.Token(), Duration: o.Clock.Since(start), Err: err})
+			// Retry sooner; the deadline timer ends the lease if this
+			// goes on too long.
+			t.Reset(max(o.RenewInterval/4, time.Millisecond))
+		}
+	}
+}
+
+func (h *hold) renewed(took time.Duration) {
+	left := time.Until(h.lease.Deadline()) - h.g.drift
+	if left <= 0 {
+		h.lose(ErrDeadline) // the renewal itself took too long
+		return
+	}
+	h.mu.Lock()
+	if h.state == held {
+		h.deadline = h.g.o.Clock.Now().Add(left)
+		h.lastErr = nil
+		h.timer.Reset(left)
+	}
+	h.mu.Unlock()
+	h.g.observe(Event{Kind: Renewed, Key: h.lease.Key(), Token: h.lease.Token(), Duration: took})
+}
+
+func (h *hold) lose(reason error) {
+	h.mu.Lock()
+	if h.state != held {
+		h.mu.Unlock()
+		return
+	}
+	h.state = lost
+	if errors.Is(reason, ErrDeadline) && h.lastErr != nil {
+		reason = fmt.Errorf("%w; last renewal: %w", reason, h.lastErr)
+	}
+	h.timer.Stop()
+	h.mu.Unlock()
+	err := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: reason}
+	h.cancel(err)
+	h.g.observe(Event{Kind: Lost, Key: err.Key, Token: err.Token, Duration: h.g.o.Clock.Since(h.since), Err: err})
+}
+
+func (h *hold) release(ctx context.Context) error {
+	h.mu.Lock()
+	wasHeld := h.state == held
+	if wasHeld {
+		h.state = released
+	}
+	h.mu.Unlock()
+	if wasHeld {
+		h.cancel(ErrReleased)
+	}
+	h.timer.Stop()
+	<-h.done // no renewal runs after this point
+
+	err := h.lease.Release(ctx)
+	if !wasHeld {
+		// Lost earlier. The release above was best effort, to free the
+		// lock sooner if the server still had it.
+		return context.Cause(h.ctx)
+	}
+	held := h.g.o.Clock.Since(h.since)
+	if errors.Is(err, locks.ErrNotHeld) {
+		lostErr := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: err}
+		h.g.observe(Event{Kind: Lost, Key: lostErr.Key, Token: lostErr.Token, Duration: held, Err: lostErr})
+		return lostErr
+	}
+	if err != nil {
+		err = fmt.Errorf("guard: release %q: %w", h.lease.Key(), err)
+	}
+	h.g.observe(Event{Kind: Released, Key: h.lease.Key(), Token: h.lease.Token(), Duration: held, Err: err})
+	return err
+}
