@@ -24,5 +24,6 @@
 //
 // A key costs memory only while it is held or waited for; the entry is
 // deleted when the lock is released with nobody waiting, so idle keys do not
-// accumulate.
+// accumulate. (A lease that expires without a release keeps its entry until
+// the key is next used.)
 package memlock

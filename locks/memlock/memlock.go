@@ -111,6 +111,13 @@ func (l *Locker) abandon(key string, e *entry, w *waiter) {
 	}
 }
 
+// Len returns the number of keys held or waited for.
+func (l *Locker) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
+
 // Break frees key at once, whoever holds it, as an operator deleting a lock
 // by hand would. The holder's next Renew or Release fails with
 // [locks.ErrNotHeld]. It reports whether the key was held.

@@ -1,13 +1,17 @@
 package memlock_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/memlock"
+	"github.com/fenceguard/fenceguard/token"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -16,4 +20,45 @@ func TestConformance(t *testing.T) {
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(*testing.T) locks.Locker { return memlock.New() },
 	})
+}
+
+// A new Locker stands for a restarted process: its counter starts from
+// nothing, and only the clock floor keeps its tokens above the old ones.
+func TestRestartedLockerIssuesLargerTokens(t *testing.T) {
+	ctx := context.Background()
+	var last token.Token
+	for range 50 {
+		l := memlock.New()
+		for range 20 { // a burst: the counter runs ahead of the clock
+			lease, err := l.Acquire(ctx, "k", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lease.Token() <= last {
+				t.Fatalf("token %d after %d from an earlier Locker", lease.Token(), last)
+			}
+			last = lease.Token()
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Microsecond) // the restart takes some time
+	}
+}
+
+func TestIdleKeysLeaveNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	l := memlock.New()
+	for i := range 1000 {
+		lease, err := l.Acquire(ctx, fmt.Sprint("k", i), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.Len(); n != 0 {
+		t.Fatalf("%d keys kept after every lock was released", n)
+	}
 }
