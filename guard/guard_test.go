@@ -214,7 +214,7 @@ type faulty struct {
 	renewErr        atomic.Pointer[error]
 	renewBlocks     atomic.Bool // Renew waits for its ctx
 	renews          atomic.Int32
-	lateRenews      atomic.Int32     // Renews entered after a Release returned
+	lateRenews      atomic.Int32 // Renews entered after a Release returned
 	releasedAt      atomic.Pointer[time.Time]
 }
 
