@@ -242,6 +242,18 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 	return token.Parse(s)
 }
 
+// Issued returns an upper bound of every token granted for key so far: its
+// counter, or the server clock in µs when that is larger. A presented token
+// above it was never issued — resources use this to refuse forged tokens
+// (see package httpmw). One round trip.
+func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
+	s, err := issuedScript.Run(ctx, l.client, l.keys(key).all[1:2]).Text()
+	if err != nil {
+		return 0, fmt.Errorf("redislock: issued %q: %w", key, err)
+	}
+	return token.Parse(s)
+}
+
 // Lease is a redislock grant. It implements [locks.Lease].
 type Lease struct {
 	l   *Locker

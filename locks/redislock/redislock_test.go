@@ -356,6 +356,32 @@ func TestHeal(t *testing.T) {
 	}
 }
 
+func TestIssuedBoundsGrantedTokens(t *testing.T) {
+	db := servers.Redis(t)
+	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
+	ctx := ctxFor(t, time.Minute)
+	before, err := l.Issued(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	if lease.Token() <= before {
+		t.Errorf("token %d not above the earlier bound %d", lease.Token(), before)
+	}
+	after, err := l.Issued(ctx, "k")
+	if err != nil || after < lease.Token() {
+		t.Fatalf("Issued = %d, %v after granting %d", after, err, lease.Token())
+	}
+	// Far above the clock is never issued: a forged 2^64-1 is caught.
+	if after > lease.Token()+token.Token(time.Minute/time.Microsecond) {
+		t.Errorf("Issued = %d, a minute above the last grant %d", after, lease.Token())
+	}
+}
+
 func TestFenceClaims(t *testing.T) {
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)

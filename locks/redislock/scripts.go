@@ -175,3 +175,14 @@ end
 if cur ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end
 return {1}
 `)
+
+// issuedScript returns an upper bound of every token granted for the key:
+// the counter, or the server clock when that is larger (a counter that
+// expired or was lost was at most the clock when it was last written).
+//
+// KEYS: counter. Returns the bound as a decimal string.
+var issuedScript = redis.NewScript(timeNow + `
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < nowus then c = nowus end
+return string.format('%.0f', c)
+`)
