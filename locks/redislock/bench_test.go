@@ -6,11 +6,8 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
 	"math"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,21 +17,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/lockbench"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
-// acquirer takes the lock and returns its release.
-type acquirer func(ctx context.Context) (release func(), err error)
-
 type peer struct {
 	name string
-	mk   func(b *testing.B, c *redis.Client, key string) acquirer
+	mk   func(b *testing.B, c *redis.Client, key string) lockbench.Acquirer
 }
 
 func peers() []peer {
 	const ttl = 10 * time.Second
 	return []peer{
-		{"fenceguard", func(b *testing.B, c *redis.Client, key string) acquirer {
+		{"fenceguard", func(b *testing.B, c *redis.Client, key string) lockbench.Acquirer {
 			l := newLocker(b, c, redislock.Options{Prefix: "bench:"})
 			return func(ctx context.Context) (func(), error) {
 				lease, err := l.Acquire(ctx, key, ttl)
@@ -44,7 +39,7 @@ func peers() []peer {
 				return func() { _ = lease.Release(ctx) }, nil
 			}
 		}},
-		{"bsm-redislock", func(b *testing.B, c *redis.Client, key string) acquirer {
+		{"bsm-redislock", func(b *testing.B, c *redis.Client, key string) lockbench.Acquirer {
 			// Blocking needs a retry strategy; 1ms linear is its tightest
 			// sensible setting (it has no wake-up on release).
 			l := bsm.New(c)
@@ -57,7 +52,7 @@ func peers() []peer {
 				return func() { _ = lock.Release(ctx) }, nil
 			}
 		}},
-		{"redsync-default", func(b *testing.B, c *redis.Client, key string) acquirer {
+		{"redsync-default", func(b *testing.B, c *redis.Client, key string) lockbench.Acquirer {
 			// Default retry delay: random 50–250ms.
 			rs := redsync.New(goredis.NewPool(c))
 			return func(ctx context.Context) (func(), error) {
@@ -68,7 +63,7 @@ func peers() []peer {
 				return func() { _, _ = m.UnlockContext(ctx) }, nil
 			}
 		}},
-		{"redsync-1ms", func(b *testing.B, c *redis.Client, key string) acquirer {
+		{"redsync-1ms", func(b *testing.B, c *redis.Client, key string) lockbench.Acquirer {
 			rs := redsync.New(goredis.NewPool(c))
 			return func(ctx context.Context) (func(), error) {
 				m := rs.NewMutex("bench:"+key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32),
@@ -89,130 +84,31 @@ func benchClient(b *testing.B) *redis.Client {
 	return c
 }
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	return d[min(len(d)-1, int(float64(len(d))*p))]
-}
-
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
 // One goroutine: acquire, release, again. Also the bare round trip.
 func BenchmarkUncontended(b *testing.B) {
 	c := benchClient(b)
-	ctx := context.Background()
 	b.Run("redis-ping", func(b *testing.B) {
-		for b.Loop() {
-			if err := c.Ping(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		lockbench.Uncontended(b, func(ctx context.Context) (func(), error) {
+			return func() {}, c.Ping(ctx).Err()
+		})
 	})
 	for _, p := range peers() {
 		if p.name == "redsync-1ms" {
 			continue // same as redsync-default without contention
 		}
 		b.Run(p.name, func(b *testing.B) {
-			acquire := p.mk(b, c, "uncontended-"+p.name)
-			lat := make([]time.Duration, 0, 1<<16)
-			for b.Loop() {
-				t0 := time.Now()
-				release, err := acquire(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				release()
-				lat = append(lat, time.Since(t0))
-			}
-			b.ReportMetric(us(percentile(lat, 0.5)), "p50-µs")
-			b.ReportMetric(us(percentile(lat, 0.99)), "p99-µs")
+			lockbench.Uncontended(b, p.mk(b, c, "uncontended-"+p.name))
 		})
 	}
 }
 
 // Eight goroutines on one key, each critical section 200µs of busy work.
-// Reports critical sections per second, the acquire wait's p99, fairness
-// (Jain's index over per-goroutine counts; 1 is perfectly even) and the
-// hand-off gap from a release call to the next acquire's return.
 func BenchmarkContended8(b *testing.B) {
 	c := benchClient(b)
 	for _, p := range peers() {
 		b.Run(p.name, func(b *testing.B) {
 			acquire := p.mk(b, c, "contended-"+p.name)
-			benchContended(b, acquire, 8, 200*time.Microsecond)
+			lockbench.Contended(b, slices.Repeat([]lockbench.Acquirer{acquire}, 8), 200*time.Microsecond)
 		})
 	}
-}
-
-func busy(d time.Duration) {
-	for start := time.Now(); time.Since(start) < d; {
-	}
-}
-
-func benchContended(b *testing.B, acquire acquirer, workers int, cs time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var (
-		taken       atomic.Int64
-		lastRelease atomic.Int64 // unix ns of the last release call
-		failures    atomic.Int64
-		wg          sync.WaitGroup
-		counts      = make([]int, workers)
-		waits       = make([][]time.Duration, workers)
-		gaps        = make([][]time.Duration, workers)
-	)
-	total := int64(b.N)
-	b.ResetTimer()
-	start := time.Now()
-	for w := range workers {
-		wg.Go(func() {
-			for taken.Load() < total {
-				t0 := time.Now()
-				release, err := acquire(ctx)
-				t1 := time.Now()
-				if err != nil {
-					if ctx.Err() != nil || !errors.Is(err, bsm.ErrNotObtained) {
-						failures.Add(1)
-					}
-					continue
-				}
-				if taken.Add(1) > total {
-					release()
-					return
-				}
-				waits[w] = append(waits[w], t1.Sub(t0))
-				if lr := lastRelease.Load(); lr != 0 {
-					gaps[w] = append(gaps[w], t1.Sub(time.Unix(0, lr)))
-				}
-				busy(cs)
-				counts[w]++
-				lastRelease.Store(time.Now().UnixNano())
-				release()
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if n := failures.Load(); n > 0 {
-		b.Logf("%d acquire attempts failed", n)
-	}
-	var sum, sumSq float64
-	for _, n := range counts {
-		sum += float64(n)
-		sumSq += float64(n) * float64(n)
-	}
-	jain := 1.0
-	if sumSq > 0 {
-		jain = sum * sum / (float64(workers) * sumSq)
-	}
-	all := slices.Concat(waits...)
-	g := slices.Concat(gaps...)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cs/s")
-	b.ReportMetric(float64(percentile(all, 0.99))/float64(time.Millisecond), "wait-p99-ms")
-	b.ReportMetric(jain, "jain")
-	b.ReportMetric(us(percentile(g, 0.5)), "gap-p50-µs")
-	b.ReportMetric(us(percentile(g, 0.99)), "gap-p99-µs")
 }

@@ -117,7 +117,8 @@ func TestConnectionCutLosesLease(t *testing.T) {
 	cutOff := newLocker(t, newClient(t, proxy.Addr()), redislock.Options{Prefix: db.Prefix})
 	other := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	const ttl = time.Second
-	g, err := guard.New(cutOff, guard.Options{TTL: ttl})
+	// Drift 5%: the loss must show well inside the TTL the test waits.
+	g, err := guard.New(cutOff, guard.Options{TTL: ttl, Drift: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,501 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Client is what the locker needs of an etcd client; *clientv3.Client
+// satisfies it.
+type Client interface {
+	clientv3.KV
+	clientv3.Lease
+	clientv3.Watcher
+}
+
+// MinTTL is the shortest lease etcdlock asks for. etcd counts lease TTLs in
+// whole seconds (a TTL is rounded up) and silently raises TTLs below its
+// minimum (1.5 election timeouts, 2s with default settings).
+const MinTTL = time.Second
+
+// ErrClosed is returned by calls on a closed Locker.
+var ErrClosed = errors.New("etcdlock: locker closed")
+
+// Options configure a [Locker]. Zero fields select defaults.
+type Options struct {
+	// Prefix starts every key the locker writes. Default
+	// "/fenceguard/lock/".
+	Prefix string
+
+	// IdleLeases is how many unused leases per TTL the locker keeps for
+	// reuse by later acquires (see "Leases" in the package doc). Default
+	// 16; negative disables reuse.
+	IdleLeases int
+}
+
+// Locker is a [locks.Locker] on etcd v3. It is safe for concurrent use.
+// Close it when done, to revoke the leases it keeps for reuse.
+type Locker struct {
+	c Client
+	o Options
+
+	mu     sync.Mutex
+	idle   map[int64][]idleLease // guarded by mu; by TTL in seconds
+	closed bool                  // guarded by mu
+}
+
+type idleLease struct {
+	id       clientv3.LeaseID
+	deadline time.Time // conservative local expiry
+}
+
+var _ locks.Locker = (*Locker)(nil)
+
+// New returns a Locker on c.
+func New(c Client, o Options) (*Locker, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/fenceguard/lock/"
+	}
+	if o.IdleLeases == 0 {
+		o.IdleLeases = 16
+	}
+	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}}, nil
+}
+
+// Close revokes the idle leases the locker keeps and fails later acquires
+// with [ErrClosed]. Granted leases stay usable. Close is idempotent.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	idle := l.idle
+	l.idle = nil
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var errs []error
+	for _, ls := range idle {
+		for _, il := range ls {
+			if _, err := l.c.Revoke(ctx, il.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// queue returns the key prefix under which grants of key queue.
+func (l *Locker) queue(key string) string { return l.o.Prefix + url.PathEscape(key) + "/" }
+
+func seconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
+
+// lease returns a live lease for ttl and a conservative local deadline: a
+// reused idle one — as it is when at least two thirds of its TTL are left,
+// else refreshed by a keep-alive sent alongside the caller's next request —
+// or a new grant.
+func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh func() (time.Time, error), err error) {
+	secs := seconds(ttl)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, nil, ErrClosed
+	}
+	for ls := l.idle[secs]; len(ls) > 0; ls = l.idle[secs] {
+		il := ls[len(ls)-1]
+		l.idle[secs] = ls[:len(ls)-1]
+		left := time.Until(il.deadline)
+		if left < ttl/4 {
+			continue // too close to expiry to trust; let it lapse
+		}
+		l.mu.Unlock()
+		if left >= 2*ttl/3 {
+			// Fresh enough: the holder's first renewal, a third of a TTL
+			// from now, comes well before it runs out.
+			return il.id, func() (time.Time, error) { return il.deadline, nil }, nil
+		}
+		sent := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.c.KeepAliveOnce(ctx, il.id)
+			done <- err
+		}()
+		return il.id, func() (time.Time, error) {
+			if err := <-done; err != nil {
+				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+					return time.Time{}, err
+				}
+				return il.deadline, nil // keep-alive failed: keep the old estimate
+			}
+			return sent.Add(ttl), nil
+		}, nil
+	}
+	l.mu.Unlock()
+	sent := time.Now()
+	resp, err := l.c.Grant(ctx, secs)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.ID, func() (time.Time, error) { return sent.Add(ttl), nil }, nil
+}
+
+// putBack keeps a lease that holds no key for reuse.
+func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	secs := seconds(ttl)
+	if l.closed || len(l.idle[secs]) >= l.o.IdleLeases {
+		return // it lapses on its own at its TTL
+	}
+	l.idle[secs] = append(l.idle[secs], idleLease{id, deadline})
+}
+
+// Issued returns an upper bound of every token granted so far, for any key:
+// the cluster's current revision. A presented token above it was never
+// issued — resources use this to refuse forged tokens (see package httpmw).
+func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
+	resp, err := l.c.Get(ctx, l.queue(key), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcdlock: issued %q: %w", key, err)
+	}
+	return token.Token(resp.Header.Revision), nil
+}
+
+// TryAcquire implements [locks.Locker]: one transaction that writes the
+// grant only if no key queues for the lock.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	return l.acquire(ctx, key, ttl, false)
+}
+
+// Acquire implements [locks.Locker]: one transaction joins the queue; a
+// waiter then watches its predecessor's key and wakes on its deletion.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	return l.acquire(ctx, key, ttl, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wait bool) (locks.Lease, error) {
+	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		lease, err := l.join(ctx, key, ttl, wait)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt < 3 {
+			continue // a reused lease had lapsed, or ours expired while waiting: start over
+		}
+		if err != nil {
+			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+				if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+					err = fmt.Errorf("%w: %w", ctx.Err(), err)
+				}
+				return nil, err
+			}
+			return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
+		}
+		return lease, nil
+	}
+}
+
+func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait bool) (*Lease, error) {
+	id, refresh, err := l.lease(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	q := l.queue(key)
+	// A fresh name per grant, even with a reused lease: a waiter watching
+	// its predecessor by name must never mistake a later grant for it.
+	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64())}
+	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
+	var resp *clientv3.TxnResponse
+	if wait {
+		// Join the queue, and fetch the first and the last two waiters.
+		resp, err = l.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(s.myKey), "=", 0)).
+			Then(put, clientv3.OpGet(q, clientv3.WithFirstCreate()...),
+				clientv3.OpGet(q, append(clientv3.WithLastCreate(), clientv3.WithLimit(2))...)).
+			Commit()
+	} else {
+		// Write only if nobody queues.
+		resp, err = l.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(q).WithPrefix(), "=", 0)).
+			Then(put).
+			Commit()
+	}
+	deadline, kerr := refresh()
+	if err != nil {
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			l.putBack(id, ttl, deadline)
+		}
+		return nil, err
+	}
+	if kerr != nil {
+		// The put succeeded, so the lease was live when it was applied;
+		// the keep-alive raced its expiry. Treat it as lapsed.
+		s.abandon()
+		return nil, kerr
+	}
+	s.deadline = deadline
+	if !resp.Succeeded {
+		if !wait {
+			l.putBack(id, ttl, deadline)
+			return nil, locks.ErrNotObtained
+		}
+		// Our key exists already: a previous grant with this lease was not
+		// cleaned up. Never reuse a key blindly; start afresh.
+		return nil, fmt.Errorf("etcdlock: key %q already exists", s.myKey)
+	}
+	s.rev = resp.Header.Revision
+	if !wait {
+		return s, nil
+	}
+	first := resp.Responses[1].GetResponseRange().Kvs
+	if len(first) == 0 || first[0].CreateRevision == s.rev {
+		return s, nil
+	}
+	var pred *mvccpb.KeyValue
+	if last := resp.Responses[2].GetResponseRange().Kvs; len(last) == 2 {
+		pred = last[1]
+	}
+	if err := s.waitTurn(ctx, q, pred); err != nil {
+		s.abandon()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitTurn waits until no key older than ours queues, watching the newest
+// older one (pred, when known) for its deletion and keeping our lease alive
+// meanwhile.
+func (s *Lease) waitTurn(ctx context.Context, q string, pred *mvccpb.KeyValue) error {
+	keepAlive := time.NewTimer(s.ttl / 3)
+	defer keepAlive.Stop()
+	var seen int64 // a revision at which pred was known gone
+	for {
+		if pred == nil {
+			ahead, err := s.ahead(ctx, q, seen)
+			if err != nil {
+				return err
+			}
+			if ahead == nil {
+				return nil // our turn
+			}
+			pred = ahead
+		}
+		rev, err := s.waitDeleted(ctx, pred, keepAlive)
+		if err != nil {
+			return err
+		}
+		pred, seen = nil, rev
+	}
+}
+
+// ahead returns the newest key queued before ours, nil if none, and fails
+// if our own key is gone. With rev > 0 it reads the snapshot at rev from
+// the member it asks, without a round of consensus: keys ahead of ours were
+// all created before ours, so none can appear after rev, and whatever the
+// snapshot shows gone is gone for good. A member that has not applied rev
+// yet answers with an error, and then the read is made linearizable.
+func (s *Lease) ahead(ctx context.Context, q string, rev int64) (*mvccpb.KeyValue, error) {
+	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		return s.c.Txn(ctx).Then(
+			clientv3.OpGet(q, append(append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(s.rev-1)), opts...)...),
+			clientv3.OpGet(s.myKey, opts...),
+		).Commit()
+	}
+	var resp *clientv3.TxnResponse
+	var err error
+	if rev > 0 {
+		resp, err = read(clientv3.WithSerializable(), clientv3.WithRev(rev))
+	}
+	if rev <= 0 || err != nil {
+		if resp, err = read(); err != nil {
+			return nil, err
+		}
+	}
+	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != s.rev {
+		return nil, fmt.Errorf("etcdlock: waiting key %q vanished: %w", s.myKey, rpctypes.ErrLeaseNotFound)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0], nil
+	}
+	return nil, nil
+}
+
+// waitDeleted returns a revision at which pred is gone. The watch starts
+// from the current revision and only then is pred's existence checked: a
+// watch from an older revision would be served by etcd's periodic catch-up
+// of lagging watchers (every 100ms), not at once.
+func (s *Lease) waitDeleted(ctx context.Context, pred *mvccpb.KeyValue, keepAlive *time.Timer) (int64, error) {
+	key := string(pred.Key)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	created := false
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+				return 0, errors.New("etcdlock: watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return 0, err
+			}
+			if wr.Created && !created {
+				created = true
+				resp, err := s.c.Get(ctx, key, clientv3.WithKeysOnly())
+				if err != nil {
+					return 0, err
+				}
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision {
+					return resp.Header.Revision, nil
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return ev.Kv.ModRevision, nil
+				}
+			}
+		case <-keepAlive.C:
+			sent := time.Now()
+			if _, err := s.c.KeepAliveOnce(ctx, s.id); err != nil {
+				return 0, err
+			}
+			s.mu.Lock()
+			s.deadline = sent.Add(s.ttl)
+			s.mu.Unlock()
+			keepAlive.Reset(s.ttl / 3)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Lease is an etcdlock grant. It implements [locks.Lease].
+type Lease struct {
+	l     *Locker
+	c     Client
+	key   string
+	id    clientv3.LeaseID
+	ttl   time.Duration
+	myKey string // the queue key this grant wrote
+	rev   int64  // its create revision: the token
+
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu
+	released bool      // guarded by mu
+}
+
+var _ locks.Lease = (*Lease)(nil)
+
+// Key implements [locks.Lease].
+func (s *Lease) Key() string { return s.key }
+
+// Token implements [locks.Lease]: the create revision of the grant's key.
+func (s *Lease) Token() token.Token { return token.Token(s.rev) }
+
+// TTL implements [locks.Lease].
+func (s *Lease) TTL() time.Duration { return s.ttl }
+
+// Deadline implements [locks.Lease].
+func (s *Lease) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// LeaseID is the etcd lease the grant's key is attached to.
+func (s *Lease) LeaseID() clientv3.LeaseID { return s.id }
+
+// IsOwner is a comparison that holds only while this grant holds the lock,
+// for etcd transactions that must be fenced by it.
+func (s *Lease) IsOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(s.myKey), "=", s.rev)
+}
+
+// abandon removes the grant's key (a gave-up waiter, or a grant whose
+// caller will never see it), with a fresh context: the caller's may be done.
+func (s *Lease) abandon() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if s.rev == 0 {
+		return
+	}
+	resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
+	if err == nil && resp.Succeeded {
+		s.l.putBack(s.id, s.ttl, s.Deadline())
+	}
+}
+
+// Renew implements [locks.Lease]: a keep-alive of the grant's lease, then a
+// check that its key is still there with its create revision (a lease can
+// outlive a key deleted by hand).
+func (s *Lease) Renew(ctx context.Context) error {
+	s.mu.Lock()
+	released := s.released
+	s.mu.Unlock()
+	if released {
+		return locks.NotHeldError("renew", s.key, s.Token())
+	}
+	sent := time.Now()
+	if _, err := s.c.KeepAliveOnce(ctx, s.id); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return locks.NotHeldError("renew", s.key, s.Token())
+		}
+		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
+	}
+	resp, err := s.c.Get(ctx, s.myKey)
+	if err != nil {
+		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+		return locks.NotHeldError("renew", s.key, s.Token())
+	}
+	s.mu.Lock()
+	s.deadline = sent.Add(s.ttl)
+	s.mu.Unlock()
+	return nil
+}
+
+// Release implements [locks.Lease]: deletes the grant's key only while it
+// has this grant's create revision, so a late or retried release never
+// removes a newer grant — not even one made with the same lease, which
+// reuses the key name. The lease is kept for reuse.
+func (s *Lease) Release(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return nil
+	}
+	resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
+	}
+	if !resp.Succeeded {
+		return locks.NotHeldError("release", s.key, s.Token())
+	}
+	s.released = true
+	s.l.putBack(s.id, s.ttl, s.deadline)
+	return nil
+}

@@ -1,0 +1,350 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/etcdlock"
+	"github.com/fenceguard/fenceguard/locks/lockstest"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func TestMain(m *testing.M) { servers.Main(m) }
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newLocker(t testing.TB, c etcdlock.Client, prefix string) *etcdlock.Locker {
+	t.Helper()
+	l, err := etcdlock.New(c, etcdlock.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
+	lockstest.Run(t, lockstest.Config{
+		NewLocker: func(t *testing.T) locks.Locker {
+			d := db(t)
+			return newLocker(t, newClient(t, d.Endpoints), d.Prefix)
+		},
+		// etcd leases count whole seconds, and 2s is the server's minimum.
+		ShortTTL: 2 * time.Second,
+		Rounds:   10,
+	})
+}
+
+func TestConformanceEtcd34(t *testing.T)    { conformance(t, servers.Etcd) }
+func TestConformanceEmbedded(t *testing.T) { conformance(t, servers.EtcdEmbedded) }
+
+// A late release of an old grant must not delete a newer grant made with
+// the same lease — which reuses the same key name (etcd's own Mutex deletes
+// by key name and has this bug).
+func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	c := newClient(t, d.Endpoints)
+	l := newLocker(t, c, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	first, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.Acquire(ctx, "k", 10*time.Second) // reuses first's lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.(*etcdlock.Lease).LeaseID() != first.(*etcdlock.Lease).LeaseID() {
+		t.Fatal("the second grant did not reuse the lease: the test would prove nothing")
+	}
+	// A retried release of the first grant, as a client retry would send it:
+	// build it again from scratch so the local "released" flag is not what
+	// saves us.
+	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete("never")).Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("the first grant's ownership test still holds: %v %v", resp, err)
+	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	}
+	if err := second.Renew(ctx); err != nil {
+		t.Fatalf("second grant lost: %v", err)
+	}
+	_ = second.Release(ctx)
+}
+
+// The holder's connection is cut past its TTL: the guard cancels its lease
+// context, the next holder gets a larger token, and the cut holder's release
+// does not touch the new grant.
+func TestHolderCutOffPastTTL(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	proxy := servers.NewProxy(t, d.Endpoints[0])
+	cutOff := newLocker(t, newClient(t, []string{proxy.Addr()}), d.Prefix)
+	other := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
+	const ttl = 2 * time.Second
+	// Drift 5%: the loss must show well inside the TTL the test waits.
+	g, err := guard.New(cutOff, guard.Options{TTL: ttl, Drift: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	select {
+	case <-lease.Context().Done():
+		t.Logf("lease lost %v after the cut: %v", time.Since(cut), context.Cause(lease.Context()))
+	case <-time.After(ttl):
+		t.Fatalf("lease context still live %v after the cut", ttl)
+	}
+	next, err := other.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= lease.Token() {
+		t.Fatalf("next token %d not above the cut holder's %d", next.Token(), lease.Token())
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := lease.Release(rctx); !errors.Is(err, guard.ErrLost) {
+		t.Errorf("cut holder's release: %v, want its LostError", err)
+	}
+	if err := next.Renew(ctx); err != nil {
+		t.Fatalf("new grant lost after the old holder's release: %v", err)
+	}
+	_ = next.Release(ctx)
+}
+
+// A 3-member cluster loses its leader while a lease is held. Tokens stay
+// monotonic; the holder either keeps the lock (its renewals go on) or learns
+// it lost it; never two live holders with one token.
+func TestLeaderKilledWhileHeld(t *testing.T) {
+	cl := servers.NewEtcdCluster(t, 3)
+	c := newClient(t, cl.Endpoints())
+	l := newLocker(t, c, "/t/")
+	const ttl = 3 * time.Second
+	g, err := guard.New(l, guard.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 2*time.Minute)
+	var tokens []token.Token
+	grant := func() *guard.Lease {
+		t.Helper()
+		lease, err := g.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(tokens); n > 0 && lease.Token() <= tokens[n-1] {
+			t.Fatalf("token %d after %d", lease.Token(), tokens[n-1])
+		}
+		tokens = append(tokens, lease.Token())
+		return lease
+	}
+	for range 3 {
+		_ = grant().Release(ctx)
+	}
+	held := grant()
+	leader, err := cl.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Another client tries to take the lock while the cluster elects.
+	other := newLocker(t, newClient(t, cl.Endpoints()), "/t/")
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		got, err := other.TryAcquire(tctx, "k", ttl)
+		cancel()
+		if err == nil {
+			// Only possible once the holder's lease is gone — and then the
+			// holder must know it.
+			select {
+			case <-held.Context().Done():
+			default:
+				t.Fatalf("second holder (token %d) while the first (token %d) believes it holds", got.Token(), held.Token())
+			}
+			if got.Token() <= held.Token() {
+				t.Fatalf("token %d after %d", got.Token(), held.Token())
+			}
+			_ = got.Release(ctx)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if held.Context().Err() == nil {
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("holder kept the lock through the election, but its release failed: %v", err)
+		}
+		t.Log("holder kept the lock through the election")
+	} else {
+		t.Logf("holder learned it lost the lock: %v", context.Cause(held.Context()))
+		_ = held.Release(ctx)
+	}
+	last := grant()
+	_ = last.Release(ctx)
+	if err := leader.Start(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Waiters are served in the order they queued (create revision), across
+// clients.
+func TestWaitersServedInArrivalOrder(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	c := newClient(t, d.Endpoints)
+	ctx := ctxFor(t, time.Minute)
+	first, err := newLocker(t, c, d.Prefix).Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int64 {
+		resp, err := c.Get(ctx, d.Prefix+"k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	const n = 5
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx, "k", 10*time.Second)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		for deadline := time.Now().Add(10 * time.Second); queued() != int64(i+2); {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("waiter %d was served when waiter %d's turn came", got, want)
+		}
+		want++
+	}
+}
+
+func TestIssuedBoundsTokens(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	lease, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	got, err := l.Issued(ctx, "k")
+	if err != nil || got < lease.Token() {
+		t.Fatalf("Issued = %d, %v after granting %d", got, err, lease.Token())
+	}
+}
+
+func TestFence(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	c := newClient(t, d.Endpoints)
+	f := etcdlock.NewFence(c, d.Prefix+"fence/")
+	ctx := ctxFor(t, time.Minute)
+	for i, s := range []struct {
+		tok   token.Token
+		stale bool
+	}{
+		{5, false}, {5, false}, {4, true}, {10, false}, {9, true},
+		{18446744073709551615, false}, {18446744073709551614, true},
+	} {
+		err := f.Claim(ctx, "r", s.tok)
+		var se *token.StaleError
+		if s.stale != errors.As(err, &se) || (!s.stale && err != nil) {
+			t.Fatalf("step %d: Claim(%d) = %v", i, s.tok, err)
+		}
+	}
+	if err := f.Claim(ctx, "fresh", 0); !errors.Is(err, token.ErrMissing) {
+		t.Errorf("zero token: %v", err)
+	}
+	if hw, _ := f.HighWater(ctx, "fresh"); hw != 0 {
+		t.Errorf("a refused claim wrote %d", hw)
+	}
+	// Concurrent claims: the final mark is the largest presented, and no
+	// claim is refused with a current below what it presented.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var top token.Token
+	for range 8 {
+		wg.Go(func() {
+			for range 30 {
+				tok := token.Token(1 + rand.IntN(1000))
+				err := f.Claim(ctx, "c", tok)
+				var se *token.StaleError
+				if err != nil && (!errors.As(err, &se) || se.Current <= tok) {
+					t.Errorf("Claim(%d): %v", tok, err)
+				}
+				mu.Lock()
+				top = max(top, tok)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if hw, err := f.HighWater(ctx, "c"); err != nil || hw != top {
+		t.Fatalf("high-water %d, %v; want %d", hw, err, top)
+	}
+}
