@@ -63,7 +63,7 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 	})
 }
 
-func TestConformanceEtcd34(t *testing.T)    { conformance(t, servers.Etcd) }
+func TestConformanceEtcd34(t *testing.T)   { conformance(t, servers.Etcd) }
 func TestConformanceEmbedded(t *testing.T) { conformance(t, servers.EtcdEmbedded) }
 
 // A late release of an old grant must not delete a newer grant made with
