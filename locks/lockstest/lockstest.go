@@ -183,8 +183,10 @@ func (s *suite) leaseAccessors(t *testing.T) {
 	if lease.TTL() != ttl {
 		t.Errorf("TTL() = %v, want %v", lease.TTL(), ttl)
 	}
-	if d := lease.Deadline(); d.Before(before.Add(ttl)) || d.After(after.Add(ttl)) {
-		t.Errorf("Deadline() = %v, want within [%v, %v] (acquire window + TTL)", d, before.Add(ttl), after.Add(ttl))
+	// Conservative: no later than the acquire's end plus TTL. A backend
+	// may keep up to 5% of the TTL in hand for clock drift (Redlock does).
+	if d, lo := lease.Deadline(), before.Add(ttl-ttl/20); d.Before(lo) || d.After(after.Add(ttl)) {
+		t.Errorf("Deadline() = %v, want within [%v, %v] (acquire window + TTL, less at most 5%% drift)", d, lo, after.Add(ttl))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -59,7 +60,7 @@ type Options struct {
 type Locker struct {
 	client Client
 	o      Options
-	notify *notifier
+	notify *rnotify.Notifier
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -82,14 +83,14 @@ func New(client Client, o Options) (*Locker, error) {
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
 	}
-	return &Locker{client: client, o: o, notify: newNotifier(client)}, nil
+	return &Locker{client: client, o: o, notify: rnotify.New(client)}, nil
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
 // [ErrClosed]. Leases already granted stay usable (renew, release). Close
 // is idempotent.
 func (l *Locker) Close() error {
-	l.notify.close()
+	l.notify.Close()
 	return nil
 }
 
@@ -181,21 +182,29 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return nil, err
 	}
 	k, id := l.keys(key), newID()
-	lease, _, err := l.attempt(ctx, k, key, id, ttl, false)
-	if lease != nil || err != nil {
+	// Listen before queueing, or the wake-up could come first. When other
+	// local waiters already listen on the key (it is contended), that costs
+	// nothing and the first attempt may queue at once; otherwise try first,
+	// so an uncontended acquire is one round trip.
+	listening := l.notify.Subscribed(k.channel)
+	if !listening {
+		lease, _, err := l.attempt(ctx, k, key, id, ttl, false)
 		if err != nil {
 			l.abandon(k, id)
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
-		return lease, nil
+		if lease != nil {
+			return lease, nil
+		}
 	}
-
-	// Contended. Listen before queueing, or the wake-up could come first.
-	wake, err := l.notify.register(ctx, k.channel, id)
+	wake, err := l.notify.Register(ctx, k.channel, id)
+	if errors.Is(err, rnotify.ErrClosed) {
+		err = ErrClosed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 	}
-	defer l.notify.unregister(k.channel, id)
+	defer l.notify.Unregister(k.channel, id)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	heartbeat := l.o.WaiterTTL / 3
@@ -215,7 +224,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		select {
 		case <-wake:
 		case <-timer.C:
-		case <-l.notify.done:
+		case <-l.notify.Done():
 			l.abandon(k, id)
 			return nil, ErrClosed
 		case <-ctx.Done():

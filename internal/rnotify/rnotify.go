@@ -1,20 +1,34 @@
-package redislock
+// Package rnotify shares one Redis pub/sub connection among the blocked
+// acquires of a locker. A waiter registers an id on a channel; a message
+// whose payload is that id wakes that waiter only, and the payload
+// [Everyone] wakes every waiter on the channel.
+package rnotify
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier shares one pub/sub connection among a Locker's blocked
-// acquires. A release publishes the id of the waiter whose turn it is; the
-// reader goroutine wakes that waiter only, so a release costs the other
-// waiters nothing.
-type notifier struct {
-	client Client
-	done   chan struct{} // closed by close
+// Everyone is the payload that wakes every waiter on a channel.
+const Everyone = "*"
+
+// ErrClosed is returned by Register after Close.
+var ErrClosed = errors.New("notifier closed")
+
+// Subscriber is what a Notifier needs of a Redis client.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// Notifier dispatches pub/sub messages to waiters. It starts one reader
+// goroutine on first use; Close stops it and waits for it.
+type Notifier struct {
+	client Subscriber
+	done   chan struct{} // closed by Close
 	exited chan struct{} // closed when the reader returns
 
 	mu      sync.Mutex
@@ -24,10 +38,12 @@ type notifier struct {
 	ready   map[string]bool            // guarded by mu; channel → subscription confirmed
 	pending map[string][]chan struct{} // guarded by mu; confirmations awaited, in SUBSCRIBE order
 	waiters map[string]chan struct{}   // guarded by mu; waiter id → its wake-up
+	byChan  map[string]map[string]bool // guarded by mu; channel → waiter ids
 }
 
-func newNotifier(c Client) *notifier {
-	return &notifier{
+// New returns a Notifier on c.
+func New(c Subscriber) *Notifier {
+	return &Notifier{
 		client:  c,
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
@@ -35,12 +51,16 @@ func newNotifier(c Client) *notifier {
 		ready:   map[string]bool{},
 		pending: map[string][]chan struct{}{},
 		waiters: map[string]chan struct{}{},
+		byChan:  map[string]map[string]bool{},
 	}
 }
 
-// register makes id receive wake-ups published on channel, and returns
+// Done is closed by Close.
+func (n *Notifier) Done() <-chan struct{} { return n.done }
+
+// Register makes id receive wake-ups published on channel, and returns
 // once the server has confirmed the subscription.
-func (n *notifier) register(ctx context.Context, channel, id string) (<-chan struct{}, error) {
+func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan struct{}, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -52,6 +72,10 @@ func (n *notifier) register(ctx context.Context, channel, id string) (<-chan str
 	}
 	wake := make(chan struct{}, 1)
 	n.waiters[id] = wake
+	if n.byChan[channel] == nil {
+		n.byChan[channel] = map[string]bool{}
+	}
+	n.byChan[channel][id] = true
 	n.refs[channel]++
 	var confirmed chan struct{}
 	switch {
@@ -72,24 +96,37 @@ func (n *notifier) register(ctx context.Context, channel, id string) (<-chan str
 		select {
 		case <-confirmed:
 		case <-n.done:
-			n.unregister(channel, id)
+			n.Unregister(channel, id)
 			return nil, ErrClosed
 		case <-ctx.Done():
-			n.unregister(channel, id)
+			n.Unregister(channel, id)
 			return nil, ctx.Err()
 		}
 	}
 	return wake, nil
 }
 
-func (n *notifier) unregister(channel, id string) {
+// Subscribed reports whether channel is subscribed and confirmed already
+// (other local waiters listen on it), so registering costs no round trip.
+func (n *Notifier) Subscribed(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready[channel]
+}
+
+// Unregister undoes Register.
+func (n *Notifier) Unregister(channel, id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.unregisterLocked(channel, id)
 }
 
-func (n *notifier) unregisterLocked(channel, id string) {
+func (n *Notifier) unregisterLocked(channel, id string) {
 	delete(n.waiters, id)
+	delete(n.byChan[channel], id)
+	if len(n.byChan[channel]) == 0 {
+		delete(n.byChan, channel)
+	}
 	n.refs[channel]--
 	if n.refs[channel] > 0 {
 		return
@@ -104,7 +141,7 @@ func (n *notifier) unregisterLocked(channel, id string) {
 }
 
 // read dispatches messages until the notifier closes.
-func (n *notifier) read(ps *redis.PubSub) {
+func (n *Notifier) read(ps *redis.PubSub) {
 	defer close(n.exited)
 	backoff := 10 * time.Millisecond
 	for {
@@ -131,11 +168,12 @@ func (n *notifier) read(ps *redis.PubSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
-			if w := n.waiters[m.Payload]; w != nil {
-				select {
-				case w <- struct{}{}:
-				default:
+			if m.Payload == Everyone {
+				for id := range n.byChan[m.Channel] {
+					poke(n.waiters[id])
 				}
+			} else if w := n.waiters[m.Payload]; w != nil {
+				poke(w)
 			}
 			n.mu.Unlock()
 		case *redis.Subscription:
@@ -159,18 +197,23 @@ func (n *notifier) read(ps *redis.PubSub) {
 	}
 }
 
-func (n *notifier) wakeAll() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, w := range n.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+func poke(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
 	}
 }
 
-func (n *notifier) close() {
+func (n *Notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.waiters {
+		poke(w)
+	}
+}
+
+// Close stops the reader and waits for it. It is idempotent.
+func (n *Notifier) Close() {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

@@ -1,0 +1,90 @@
+package redlock_test
+
+// Side by side with go-redsync/redsync on the same five redis-server
+// processes. Results: docs/benchmarks.md.
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/locks/redlock"
+)
+
+func benchNodes(b *testing.B) []*redis.Client {
+	var cs []*redis.Client
+	for _, db := range servers.RedisN(b, 5) {
+		c := redis.NewClient(&redis.Options{Addr: db.Addr, PoolSize: 32, DialerRetries: 1})
+		b.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func benchPeers(b *testing.B, cs []*redis.Client) map[string]func(key string) lockbench.Acquirer {
+	const ttl = 10 * time.Second
+	var nodes []redlock.Client
+	var pools []rsredis.Pool
+	for _, c := range cs {
+		nodes = append(nodes, c)
+		pools = append(pools, goredis.NewPool(c))
+	}
+	l := newLocker(b, nodes, redlock.Options{Prefix: "bench:"})
+	rs := redsync.New(pools...)
+	return map[string]func(string) lockbench.Acquirer{
+		"fenceguard": func(key string) lockbench.Acquirer {
+			return func(ctx context.Context) (func(), error) {
+				lease, err := l.Acquire(ctx, key, ttl)
+				if err != nil {
+					return nil, err
+				}
+				return func() { _ = lease.Release(ctx) }, nil
+			}
+		},
+		"redsync-default": func(key string) lockbench.Acquirer {
+			return func(ctx context.Context) (func(), error) {
+				m := rs.NewMutex("bench:redsync:"+key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32))
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func() { _, _ = m.UnlockContext(ctx) }, nil
+			}
+		},
+		"redsync-1ms": func(key string) lockbench.Acquirer {
+			return func(ctx context.Context) (func(), error) {
+				m := rs.NewMutex("bench:redsync:"+key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32),
+					redsync.WithRetryDelay(time.Millisecond))
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func() { _, _ = m.UnlockContext(ctx) }, nil
+			}
+		},
+	}
+}
+
+func BenchmarkUncontended(b *testing.B) {
+	peers := benchPeers(b, benchNodes(b))
+	for _, name := range []string{"fenceguard", "redsync-default"} {
+		b.Run(name, func(b *testing.B) { lockbench.Uncontended(b, peers[name]("uncontended")) })
+	}
+}
+
+func BenchmarkContended8(b *testing.B) {
+	peers := benchPeers(b, benchNodes(b))
+	for _, name := range []string{"fenceguard", "redsync-default", "redsync-1ms"} {
+		b.Run(name, func(b *testing.B) {
+			acquire := peers[name]("contended-" + name)
+			lockbench.Contended(b, slices.Repeat([]lockbench.Acquirer{acquire}, 8), 200*time.Microsecond)
+		})
+	}
+}

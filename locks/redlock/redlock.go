@@ -1,0 +1,577 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/internal/rnotify"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Client is what the locker needs of each node's Redis client.
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// MinTTL is the shortest lease redlock grants.
+const MinTTL = 10 * time.Millisecond
+
+// ErrClosed is returned by calls on a closed Locker.
+var ErrClosed = errors.New("redlock: locker closed")
+
+// QuorumError reports that too few nodes answered for a quorum: the lock
+// service is unavailable, not merely held. No token was issued.
+type QuorumError struct {
+	Need, Nodes, Failed int
+	Err                 error // the nodes' errors, joined
+}
+
+func (e *QuorumError) Error() string {
+	return fmt.Sprintf("redlock: no quorum: %d of %d nodes failed, %d needed: %v", e.Failed, e.Nodes, e.Need, e.Err)
+}
+
+func (e *QuorumError) Unwrap() error { return e.Err }
+
+// Options configure a [Locker]. Zero fields select defaults.
+type Options struct {
+	// Prefix starts every key and channel on every node. Default
+	// "fenceguard:redlock:".
+	Prefix string
+
+	// DriftFactor and DriftMin give the clock drift allowed for: validity
+	// is TTL − elapsed − (TTL·DriftFactor + DriftMin). Defaults 0.01 and
+	// 2ms.
+	DriftFactor float64
+	DriftMin    time.Duration
+
+	// NodeTimeout bounds each call to one node, so a dead node cannot
+	// stall an acquire. Default: a tenth of the TTL, within [100ms, 1s].
+	NodeTimeout time.Duration
+
+	// CounterIdle is how long a node keeps a key's counter after the last
+	// grant. Default 1h.
+	CounterIdle time.Duration
+}
+
+// Locker runs Redlock over independent Redis nodes, with fencing tokens.
+// It is safe for concurrent use; Close it when done (it holds one pub/sub
+// connection per node for waiters).
+type Locker struct {
+	nodes  []Client
+	notify []*rnotify.Notifier
+	o      Options
+}
+
+var _ locks.Locker = (*Locker)(nil)
+
+// New returns a Locker over nodes: independent Redis servers, not replicas
+// of one another. Use an odd number, 3 or 5; a quorum is len/2+1.
+func New(nodes []Client, o Options) (*Locker, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no nodes", locks.ErrInvalid)
+	}
+	if o.Prefix == "" {
+		o.Prefix = "fenceguard:redlock:"
+	}
+	if o.DriftFactor == 0 {
+		o.DriftFactor = 0.01
+	}
+	if o.DriftMin == 0 {
+		o.DriftMin = 2 * time.Millisecond
+	}
+	if o.CounterIdle == 0 {
+		o.CounterIdle = time.Hour
+	}
+	if o.DriftFactor < 0 || o.DriftFactor > 0.05 || o.DriftMin < 0 || o.NodeTimeout < 0 || o.CounterIdle < time.Second {
+		return nil, fmt.Errorf("%w: options %+v", locks.ErrInvalid, o)
+	}
+	l := &Locker{nodes: nodes, o: o}
+	for i, c := range nodes {
+		if c == nil {
+			return nil, fmt.Errorf("%w: node %d is nil", locks.ErrInvalid, i)
+		}
+		l.notify = append(l.notify, rnotify.New(c))
+	}
+	return l, nil
+}
+
+// Close stops the pub/sub readers; blocked acquires fail with [ErrClosed].
+// Granted leases stay usable. Idempotent.
+func (l *Locker) Close() error {
+	for _, n := range l.notify {
+		n.Close()
+	}
+	return nil
+}
+
+type lockKeys struct {
+	lock, counter, channel string
+}
+
+func (l *Locker) keys(key string) lockKeys {
+	base := l.o.Prefix + "{" + key + "}"
+	return lockKeys{lock: base, counter: base + ":tok", channel: base + ":wake"}
+}
+
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+func (l *Locker) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*l.o.DriftFactor) + l.o.DriftMin
+}
+
+func (l *Locker) nodeTimeout(ttl time.Duration) time.Duration {
+	if l.o.NodeTimeout > 0 {
+		return l.o.NodeTimeout
+	}
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
+}
+
+// each calls fn on the chosen nodes in parallel, each under timeout, and
+// returns when all have answered. Answers are serialised by mu.
+func (l *Locker) each(ctx context.Context, timeout time.Duration, nodes []bool, fn func(ctx context.Context, i int, mu *sync.Mutex)) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range l.nodes {
+		if nodes != nil && !nodes[i] {
+			continue
+		}
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			fn(nctx, i, &mu)
+		})
+	}
+	wg.Wait()
+}
+
+// outcome of an attempt that did not grant.
+type outcome int
+
+const (
+	held    outcome = iota // another grant holds a quorum: wait for its release
+	split                  // contenders divided the nodes: retry after a random moment
+)
+
+// try makes one attempt: acquire the nodes, mint the token from a quorum,
+// write it back to a quorum. On failure it gives back whatever it took and
+// says whether the lock is held (and how long to wait before another
+// attempt is worth making) or merely contended.
+//
+// In parallel mode every node is asked at once: one round trip, the
+// Redlock way, best when nobody competes. In ordered mode the first node
+// that answers is asked alone, and the others only once it granted: the
+// first node acts as a tie-breaker, so competing acquirers (waiters woken
+// by the same release) cannot split the nodes among themselves — the
+// losers learn "held" from one node and go back to waiting.
+func (l *Locker) try(ctx context.Context, k lockKeys, key, id string, ttl time.Duration, ordered bool) (*Lease, outcome, time.Duration, error) {
+	start := time.Now()
+	a := newAttempt(len(l.nodes))
+	timeout := l.nodeTimeout(ttl)
+	ask := func(ctx context.Context, i int, mu *sync.Mutex) {
+		ok, counter, pttl, holder, err := l.acquireNode(ctx, i, k, id, ttl)
+		mu.Lock()
+		a.acquired(i, ok, counter, pttl, holder, err)
+		mu.Unlock()
+	}
+	var rest []bool // nodes still to ask; nil for all
+	if ordered {
+		rest = make([]bool, len(l.nodes))
+		for i := range l.nodes {
+			before := len(a.errs)
+			l.each(ctx, timeout, oneNode(len(l.nodes), i), ask)
+			if len(a.errs) > before {
+				continue // unreachable: the next node breaks the tie
+			}
+			if !a.held[i] {
+				// Refused: the lock is held, or being taken by another.
+				return nil, held, max(a.wait, time.Millisecond), nil
+			}
+			for j := i + 1; j < len(l.nodes); j++ {
+				rest[j] = true
+			}
+			break
+		}
+	}
+	if !ordered || slices.Contains(rest, true) {
+		l.each(ctx, timeout, rest, ask)
+	}
+	tok, ok := a.mint()
+	if ok {
+		l.each(ctx, timeout, a.held, func(ctx context.Context, i int, mu *sync.Mutex) {
+			ok, err := l.writeBackNode(ctx, i, k, id, tok)
+			mu.Lock()
+			a.wroteBack(i, ok, err)
+			mu.Unlock()
+		})
+		validity := ttl - time.Since(start) - l.drift(ttl)
+		if a.granted() && validity > 0 {
+			return &Lease{l: l, k: k, key: key, id: id, tok: tok, ttl: ttl, deadline: start.Add(ttl - l.drift(ttl))}, 0, 0, nil
+		}
+	}
+	if a.heldCount() > 0 {
+		// Give back what we took, with a fresh context: ctx may be done.
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		l.releaseNodes(rctx, timeout, k, id, a.held)
+		cancel()
+	}
+	if err := a.unreachable(); err != nil {
+		return nil, 0, 0, err
+	}
+	if a.taken() {
+		return nil, held, max(a.wait, time.Millisecond), nil
+	}
+	return nil, split, 0, nil
+}
+
+// oneNode selects node i of n.
+func oneNode(n, i int) []bool {
+	sel := make([]bool, n)
+	sel[i] = true
+	return sel
+}
+
+// backoff is how long to wait after the n-th split vote in a row: random,
+// growing, so that contenders fall out of step and one of them wins.
+func backoff(n int) time.Duration {
+	return time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 6)))
+}
+
+func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, counter token.Token, pttl time.Duration, holder string, err error) {
+	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
+	if err != nil {
+		return false, 0, 0, "", err
+	}
+	if got, _ := res[0].(int64); got != 1 && len(res) == 3 {
+		p, _ := res[1].(int64)
+		holder, _ = res[2].(string)
+		return false, 0, time.Duration(p) * time.Millisecond, holder, nil
+	}
+	s, _ := res[1].(string)
+	c, err := strconv.ParseUint(s, 10, 64)
+	if len(res) != 2 || err != nil {
+		return false, 0, 0, "", fmt.Errorf("redlock: unexpected acquire reply %v", res)
+	}
+	return true, token.Token(c), 0, "", nil
+}
+
+func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
+	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
+	return n == 1, err
+}
+
+// releaseNodes gives back the chosen nodes' locks (all when nodes is nil).
+// It returns how many nodes held this grant.
+func (l *Locker) releaseNodes(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) (released int, errs []error) {
+	l.each(ctx, timeout, nodes, func(ctx context.Context, i int, mu *sync.Mutex) {
+		n, err := releaseScript.Run(ctx, l.nodes[i], []string{k.lock}, id, k.channel).Int()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		} else if n == 1 {
+			released++
+		}
+	})
+	return released, errs
+}
+
+// TryAcquire implements [locks.Locker]: one attempt. It returns
+// [locks.ErrNotObtained] when others hold (or are taking) the lock, and a
+// [*QuorumError] when too few nodes answer.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	k, id := l.keys(key), newID()
+	// A split vote says nothing about whether the lock is free: try again
+	// until one contender wins (then the lock is taken) or ttl runs out.
+	give := time.Now().Add(ttl)
+	for n := 0; ; n++ {
+		lease, out, _, err := l.try(ctx, k, key, id, ttl, n > 0)
+		switch {
+		case err != nil:
+			return nil, err
+		case lease != nil:
+			return lease, nil
+		case out == held || time.Now().After(give):
+			return nil, locks.ErrNotObtained
+		}
+		if err := sleep(ctx, backoff(n)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Acquire implements [locks.Locker]. A waiter listens on every node for
+// releases and tries again when one comes, or when the shortest remaining
+// TTL among the nodes that refused it runs out. When too few nodes answer
+// it returns a [*QuorumError] rather than waiting.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	k, id := l.keys(key), newID()
+	var wake chan struct{} // merged wake-ups from all nodes, once listening
+	var stop func()
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	splits, ordered := 0, false
+	for {
+		lease, out, wait, err := l.try(ctx, k, key, id, ttl, ordered)
+		ordered = true // only a first, uncontended attempt goes in parallel
+		if err != nil {
+			return nil, err
+		}
+		if lease != nil {
+			return lease, nil
+		}
+		if out == split {
+			wait, splits = backoff(splits), splits+1
+		} else {
+			splits = 0
+		}
+		if wake == nil {
+			// Listen, then try again at once: a release between the
+			// attempt and the subscription would otherwise be missed.
+			if wake, stop, err = l.listen(ctx, k.channel, id); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+		}
+	}
+}
+
+// listen registers id on channel at every node it can reach and merges
+// their wake-ups. Nodes that cannot be reached are skipped: the waiter's
+// timer covers them.
+func (l *Locker) listen(ctx context.Context, channel, id string) (chan struct{}, func(), error) {
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var registered []int
+	var mu sync.Mutex
+	closed := false
+	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, _ *sync.Mutex) {
+		w, err := l.notify[i].Register(ctx, channel, id)
+		if err != nil {
+			mu.Lock()
+			closed = closed || errors.Is(err, rnotify.ErrClosed)
+			mu.Unlock()
+			return
+		}
+		mu.Lock()
+		registered = append(registered, i)
+		mu.Unlock()
+		wg.Go(func() {
+			for {
+				select {
+				case <-w:
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				case <-done:
+					return
+				}
+			}
+		})
+	})
+	stop := func() {
+		close(done)
+		wg.Wait()
+		for _, i := range registered {
+			l.notify[i].Unregister(channel, id)
+		}
+	}
+	if closed {
+		stop()
+		return nil, nil, ErrClosed
+	}
+	return wake, stop, nil
+}
+
+// Issued returns an upper bound of every token granted for key: the largest
+// max(counter, clock in µs) among a majority of nodes (every token was
+// written back to a majority, and any two majorities share a node). A
+// presented token above it was never issued — resources use this to refuse
+// forged tokens (see package httpmw).
+func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
+	k := l.keys(key)
+	a := newAttempt(len(l.nodes))
+	var top token.Token
+	answered := 0
+	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
+		s, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter}).Text()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			a.errs = append(a.errs, err)
+			return
+		}
+		if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+			top = max(top, token.Token(v))
+			answered++
+		}
+	})
+	if answered < a.quorum {
+		return 0, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: a.n - answered, Err: errors.Join(a.errs...)}
+	}
+	return top, nil
+}
+
+// Heal raises key's counter to at least to on every node it reaches, so
+// the next grant's token is above it; it needs a majority. Use it with
+// [token.StaleError.Current] when a resource refused a token because
+// counters were lost and clocks went back.
+func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
+	if key == "" || to > 1<<53 {
+		return fmt.Errorf("%w: heal %q to %d (max 2^53)", locks.ErrInvalid, key, to)
+	}
+	k := l.keys(key)
+	a := newAttempt(len(l.nodes))
+	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
+		err := healScript.Run(ctx, l.nodes[i], []string{k.counter}, to.String(), ms(l.o.CounterIdle)).Err()
+		mu.Lock()
+		defer mu.Unlock()
+		a.wroteBack(i, err == nil, err)
+	})
+	if !a.granted() {
+		return &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}
+	}
+	return nil
+}
+
+func newID() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + "." + strconv.FormatUint(rand.Uint64(), 36)
+}
+
+// Lease is a redlock grant. It implements [locks.Lease].
+type Lease struct {
+	l   *Locker
+	k   lockKeys
+	key string
+	id  string
+	tok token.Token
+	ttl time.Duration
+
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu
+	released bool      // guarded by mu
+}
+
+var _ locks.Lease = (*Lease)(nil)
+
+// Key implements [locks.Lease].
+func (s *Lease) Key() string { return s.key }
+
+// Token implements [locks.Lease].
+func (s *Lease) Token() token.Token { return s.tok }
+
+// TTL implements [locks.Lease].
+func (s *Lease) TTL() time.Duration { return s.ttl }
+
+// Deadline implements [locks.Lease]: the start of the last successful
+// acquire or renewal, plus TTL, minus the drift allowance.
+func (s *Lease) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// Renew implements [locks.Lease]: extends the lock on every node; it
+// succeeds when a quorum extended it. (That is proof enough even when the
+// renewal comes late: a node extends only while it still holds this
+// grant's id, which nobody else ever writes, so a quorum of successes means
+// those nodes held the grant without a break and no other grant can have
+// had a quorum meanwhile.) It returns [locks.ErrNotHeld] when so many nodes
+// refused that no quorum is possible.
+func (s *Lease) Renew(ctx context.Context) error {
+	s.mu.Lock()
+	released := s.released
+	s.mu.Unlock()
+	if released {
+		return locks.NotHeldError("renew", s.key, s.tok)
+	}
+	l := s.l
+	start := time.Now()
+	a := newAttempt(len(l.nodes))
+	l.each(ctx, l.nodeTimeout(s.ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
+		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock}, s.id, ms(s.ttl)).Int()
+		mu.Lock()
+		defer mu.Unlock()
+		a.wroteBack(i, n == 1, err)
+		if err == nil && n != 1 {
+			a.refused++
+		}
+	})
+	switch {
+	case a.granted():
+		s.mu.Lock()
+		s.deadline = start.Add(s.ttl - l.drift(s.ttl))
+		s.mu.Unlock()
+		return nil
+	case a.refused > a.n-a.quorum:
+		return locks.NotHeldError("renew", s.key, s.tok)
+	}
+	return fmt.Errorf("redlock: renew %q: %w", s.key, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)})
+}
+
+// Release implements [locks.Lease]: deletes the lock on every node that
+// still holds this grant, and wakes their waiters. It returns
+// [locks.ErrNotHeld] when fewer than a quorum still held it.
+func (s *Lease) Release(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return nil
+	}
+	released, errs := s.l.releaseNodes(ctx, s.l.nodeTimeout(s.ttl), s.k, s.id, nil)
+	quorum := len(s.l.nodes)/2 + 1
+	switch {
+	case released >= quorum:
+		s.released = true
+		return nil
+	case released+len(errs) >= quorum:
+		return fmt.Errorf("redlock: release %q: %w", s.key, errors.Join(errs...))
+	}
+	return locks.NotHeldError("release", s.key, s.tok)
+}
