@@ -17,8 +17,8 @@ type attempt struct {
 	counters  []token.Token
 	refused   int            // nodes held by another grant
 	holders   map[string]int // those grants, and how many nodes each holds
-	errs      []error       // nodes that failed to answer
-	wait      time.Duration // shortest remaining TTL among refusing nodes
+	errs      []error        // nodes that failed to answer
+	wait      time.Duration  // shortest remaining TTL among refusing nodes
 	tok       token.Token
 	wrote     int
 }

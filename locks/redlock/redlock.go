@@ -158,8 +158,8 @@ func (l *Locker) each(ctx context.Context, timeout time.Duration, nodes []bool, 
 type outcome int
 
 const (
-	held    outcome = iota // another grant holds a quorum: wait for its release
-	split                  // contenders divided the nodes: retry after a random moment
+	held  outcome = iota // another grant holds a quorum: wait for its release
+	split                // contenders divided the nodes: retry after a random moment
 )
 
 // try makes one attempt: acquire the nodes, mint the token from a quorum,
