@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -40,8 +41,16 @@ type Options struct {
 	Clock clockwork.Clock
 
 	// Observer, when set, is called synchronously for every [Event]. It
-	// must be quick and must not call back into the Guard.
+	// must be quick and must not call back into the Guard. Package
+	// metrics/prom turns events into Prometheus metrics.
 	Observer func(Event)
+
+	// Logger receives what an operator should know: a lease lost (Warn),
+	// a renewal failing (Warn), the lock service unreachable while
+	// acquiring (Warn, once per Acquire), an acquire giving up or a
+	// release failing (Info). Successes are not logged. Default
+	// slog.Default(); use slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 // Guard acquires leases from a locker and keeps them alive.
@@ -74,6 +83,9 @@ func New(l locks.Locker, o Options) (*Guard, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	switch {
 	case o.TTL < 0:
@@ -174,6 +186,9 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 		}
 		var p permanent
 		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.As(err, &p) {
+			if backoff == g.o.MinBackoff {
+				g.o.Logger.Warn("fenceguard: lock service unreachable; retrying", "key", key, "err", err)
+			}
 			wait := rand.N(backoff + 1)
 			backoff = min(2*backoff, g.o.MaxBackoff)
 			t := g.o.Clock.NewTimer(wait)
@@ -219,5 +234,17 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 func (g *Guard) observe(e Event) {
 	if g.o.Observer != nil {
 		g.o.Observer(e)
+	}
+	log := g.o.Logger
+	switch {
+	case e.Kind == Lost:
+		log.Warn("fenceguard: lease lost", "key", e.Key, "token", uint64(e.Token), "held", e.Duration, "cause", e.Err)
+	case e.Kind == RenewFailed:
+		log.Warn("fenceguard: lease renewal failed; the lease lives until its local deadline",
+			"key", e.Key, "token", uint64(e.Token), "err", e.Err)
+	case e.Kind == AcquireFailed:
+		log.Info("fenceguard: acquire gave up", "key", e.Key, "waited", e.Duration, "err", e.Err)
+	case e.Kind == Released && e.Err != nil:
+		log.Info("fenceguard: release failed; the lock expires at the end of its TTL", "key", e.Key, "token", uint64(e.Token), "err", e.Err)
 	}
 }

@@ -1,8 +1,11 @@
 package guard_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +24,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newGuard(t *testing.T, l locks.Locker, o guard.Options) *guard.Guard {
 	t.Helper()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	g, err := guard.New(l, o)
 	if err != nil {
 		t.Fatal(err)
@@ -545,4 +551,39 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+func TestLogsLossAtWarn(t *testing.T) {
+	ml := memlock.New()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	g := newGuard(t, ml, guard.Options{TTL: 200 * time.Millisecond, Logger: logger})
+	lease, err := g.Acquire(testCtx(t), "sku:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml.Break("sku:9")
+	<-lease.Context().Done()
+	_ = lease.Release(context.Background())
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "lease lost") || !strings.Contains(out, "key=sku:9") {
+		t.Fatalf("log lacks the loss at WARN:\n%s", out)
+	}
+	if strings.Contains(out, "acquired") {
+		t.Errorf("a success was logged:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
