@@ -1,0 +1,33 @@
+// Package prom exports fenceguard's metrics to Prometheus: the holder side
+// from a guard's events ([Metrics.Observe] as guard.Options.Observer), the
+// resource side from claims ([Metrics.Fence] wraps any token.Fence;
+// [Metrics.Claim] records an enforcer's own checks).
+//
+// # Label cardinality
+//
+// Lock and resource keys are never labels. [Options.Class] maps a key to a
+// class — "sku", "payment", a route — and at most [Options.MaxClasses]
+// distinct classes are exported; the rest are counted under "other". The
+// default class is "default" for everything. Per-key high-water gauges
+// exist only for the resources [Options.TrackHighWater] selects.
+//
+// # Metrics
+//
+// With the default namespace "fenceguard":
+//
+//	fenceguard_acquire_wait_seconds{class}        histogram: Acquire call to grant (uncontended: its latency)
+//	fenceguard_acquisitions_total{class}          counter
+//	fenceguard_acquire_failures_total{class}      counter: Acquire gave up
+//	fenceguard_renewals_total{class}              counter
+//	fenceguard_renew_seconds{class}               histogram: one renewal's round trip
+//	fenceguard_renewal_failures_total{class}      counter: failed, not refused (server unreachable)
+//	fenceguard_leases_lost_total{class,cause}     counter: cause refused|deadline|other
+//	fenceguard_releases_total{class}              counter
+//	fenceguard_release_failures_total{class}      counter
+//	fenceguard_lease_hold_seconds{class}          histogram: grant to release or loss
+//	fenceguard_leases_held{class}                 gauge
+//	fenceguard_claims_total{class,result}         counter: result accepted|stale|invalid|error
+//	fenceguard_high_water{resource}               gauge: only for tracked resources
+//
+// A Metrics is safe for concurrent use.
+package prom

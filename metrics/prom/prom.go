@@ -1,0 +1,199 @@
+package prom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Options configure [New]. Zero fields select defaults.
+type Options struct {
+	// Namespace prefixes every metric name. Default "fenceguard".
+	Namespace string
+
+	// Class maps a lock or resource key to a bounded label value, e.g. the
+	// part before the first ':'. Default: "default" for every key.
+	Class func(key string) string
+
+	// MaxClasses caps the distinct classes exported; later ones are
+	// counted as "other". Default 50.
+	MaxClasses int
+
+	// TrackHighWater selects resources whose accepted high-water is
+	// exported as a gauge labelled with the resource key. Keep the set
+	// small. Default: none.
+	TrackHighWater func(resource string) bool
+}
+
+// Metrics holds the collectors. Create it once per registry.
+type Metrics struct {
+	o Options
+
+	mu      sync.Mutex
+	classes map[string]bool // guarded by mu
+
+	acquireWait  *prometheus.HistogramVec
+	acquisitions *prometheus.CounterVec
+	acquireFails *prometheus.CounterVec
+	renewals     *prometheus.CounterVec
+	renewSeconds *prometheus.HistogramVec
+	renewFails   *prometheus.CounterVec
+	lost         *prometheus.CounterVec
+	releases     *prometheus.CounterVec
+	releaseFails *prometheus.CounterVec
+	holdSeconds  *prometheus.HistogramVec
+	held         *prometheus.GaugeVec
+	claims       *prometheus.CounterVec
+	highWater    *prometheus.GaugeVec
+}
+
+// New creates the collectors and registers them with reg.
+func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
+	if o.Namespace == "" {
+		o.Namespace = "fenceguard"
+	}
+	if o.Class == nil {
+		o.Class = func(string) string { return "default" }
+	}
+	if o.MaxClasses <= 0 {
+		o.MaxClasses = 50
+	}
+	ns := o.Namespace
+	cls := []string{"class"}
+	// Lock waits span a millisecond to minutes; renewals and holds alike.
+	buckets := prometheus.ExponentialBuckets(0.0005, 4, 10) // 0.5ms .. ~131s
+	m := &Metrics{
+		o:       o,
+		classes: map[string]bool{},
+		acquireWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "acquire_wait_seconds",
+			Help: "Time from an Acquire call to the grant, waiting included.", Buckets: buckets}, cls),
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "acquisitions_total",
+			Help: "Leases granted."}, cls),
+		acquireFails: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "acquire_failures_total",
+			Help: "Acquire calls that gave up (context ended, bad argument, lock service unreachable)."}, cls),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "renewals_total",
+			Help: "Successful lease renewals."}, cls),
+		renewSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "renew_seconds",
+			Help: "Round trip of one successful renewal.", Buckets: buckets}, cls),
+		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "renewal_failures_total",
+			Help: "Renewals that failed without being refused (lock service unreachable)."}, cls),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "leases_lost_total",
+			Help: "Leases lost while held: refused (the grant was gone), deadline (renewals failed too long), other."},
+			[]string{"class", "cause"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "releases_total",
+			Help: "Leases released while held."}, cls),
+		releaseFails: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "release_failures_total",
+			Help: "Release calls that failed to reach the lock service (the lock expires at its TTL)."}, cls),
+		holdSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "lease_hold_seconds",
+			Help: "Time from grant to release or loss.", Buckets: buckets}, cls),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "leases_held",
+			Help: "Leases currently held by this process."}, cls),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
+			Help: "Resource-side token checks: accepted, stale (refused, lower than the high-water), invalid (bad input), error (check not made)."},
+			[]string{"class", "result"}),
+		highWater: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "high_water",
+			Help: "Highest token accepted, for tracked resources only."}, []string{"resource"}),
+	}
+	for _, c := range []prometheus.Collector{m.acquireWait, m.acquisitions, m.acquireFails, m.renewals, m.renewSeconds,
+		m.renewFails, m.lost, m.releases, m.releaseFails, m.holdSeconds, m.held, m.claims, m.highWater} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("prom: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// class bounds the label: the first MaxClasses classes seen are kept.
+func (m *Metrics) class(key string) string {
+	c := m.o.Class(key)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.classes[c] {
+		return c
+	}
+	if len(m.classes) >= m.o.MaxClasses {
+		return "other"
+	}
+	m.classes[c] = true
+	return c
+}
+
+// Observe records a guard event. Pass it as guard.Options.Observer.
+func (m *Metrics) Observe(e guard.Event) {
+	c := m.class(e.Key)
+	switch e.Kind {
+	case guard.Acquired:
+		m.acquisitions.WithLabelValues(c).Inc()
+		m.acquireWait.WithLabelValues(c).Observe(e.Duration.Seconds())
+		m.held.WithLabelValues(c).Inc()
+	case guard.AcquireFailed:
+		m.acquireFails.WithLabelValues(c).Inc()
+	case guard.Renewed:
+		m.renewals.WithLabelValues(c).Inc()
+		m.renewSeconds.WithLabelValues(c).Observe(e.Duration.Seconds())
+	case guard.RenewFailed:
+		m.renewFails.WithLabelValues(c).Inc()
+	case guard.Lost:
+		m.lost.WithLabelValues(c, cause(e.Err)).Inc()
+		m.holdSeconds.WithLabelValues(c).Observe(e.Duration.Seconds())
+		m.held.WithLabelValues(c).Dec()
+	case guard.Released:
+		m.releases.WithLabelValues(c).Inc()
+		if e.Err != nil {
+			m.releaseFails.WithLabelValues(c).Inc()
+		}
+		m.holdSeconds.WithLabelValues(c).Observe(e.Duration.Seconds())
+		m.held.WithLabelValues(c).Dec()
+	}
+}
+
+func cause(err error) string {
+	switch {
+	case errors.Is(err, guard.ErrDeadline):
+		return "deadline"
+	case errors.Is(err, locks.ErrNotHeld):
+		return "refused"
+	}
+	return "other"
+}
+
+// Claim records one resource-side check of t against resource, by its
+// outcome err (nil: accepted). Enforcers that are not a token.Fence (the
+// PostgreSQL column mode, say) call it after each fenced statement.
+func (m *Metrics) Claim(resource string, t token.Token, err error) {
+	c := m.class(resource)
+	switch {
+	case err == nil:
+		m.claims.WithLabelValues(c, "accepted").Inc()
+		if m.o.TrackHighWater != nil && m.o.TrackHighWater(resource) {
+			m.highWater.WithLabelValues(resource).Set(float64(t))
+		}
+	case errors.Is(err, token.ErrStale):
+		m.claims.WithLabelValues(c, "stale").Inc()
+	case errors.Is(err, token.ErrMissing), errors.Is(err, token.ErrNoResource), errors.Is(err, token.ErrInvalid):
+		m.claims.WithLabelValues(c, "invalid").Inc()
+	default:
+		m.claims.WithLabelValues(c, "error").Inc()
+	}
+}
+
+// Fence returns f with every claim recorded.
+func (m *Metrics) Fence(f token.Fence) token.Fence { return &fence{f: f, m: m} }
+
+type fence struct {
+	f token.Fence
+	m *Metrics
+}
+
+func (f *fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	err := f.f.Claim(ctx, resource, t)
+	f.m.Claim(resource, t, err)
+	return err
+}

@@ -1,0 +1,170 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/locks/memlock"
+	"github.com/fenceguard/fenceguard/metrics/prom"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newMetrics(t *testing.T, o prom.Options) (*prom.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func byPrefix(key string) string { c, _, _ := strings.Cut(key, ":"); return c }
+
+// A lease goes through acquire → loss (deleted behind its back) →
+// reacquire → release; the counters say exactly that.
+func TestLeaseLifecycle(t *testing.T) {
+	m, reg := newMetrics(t, prom.Options{Class: byPrefix})
+	ml := memlock.New()
+	g, err := guard.New(ml, guard.Options{TTL: 300 * time.Millisecond, Observer: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lease, err := g.Acquire(ctx, "sku:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond) // two renewals at TTL/3
+	ml.Break("sku:1")
+	<-lease.Context().Done()
+	_ = lease.Release(ctx)
+	again, err := g.Acquire(ctx, "sku:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP fenceguard_acquisitions_total Leases granted.
+# TYPE fenceguard_acquisitions_total counter
+fenceguard_acquisitions_total{class="sku"} 2
+# HELP fenceguard_leases_held Leases currently held by this process.
+# TYPE fenceguard_leases_held gauge
+fenceguard_leases_held{class="sku"} 0
+# HELP fenceguard_leases_lost_total Leases lost while held: refused (the grant was gone), deadline (renewals failed too long), other.
+# TYPE fenceguard_leases_lost_total counter
+fenceguard_leases_lost_total{cause="refused",class="sku"} 1
+# HELP fenceguard_releases_total Leases released while held.
+# TYPE fenceguard_releases_total counter
+fenceguard_releases_total{class="sku"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"fenceguard_acquisitions_total", "fenceguard_leases_held", "fenceguard_leases_lost_total", "fenceguard_releases_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(t, reg, "fenceguard_renewals_total"); n < 2 {
+		t.Errorf("%v renewals recorded, want at least 2", n)
+	}
+}
+
+// sum adds up every series of the counter name.
+func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func TestClaims(t *testing.T) {
+	m, reg := newMetrics(t, prom.Options{Class: byPrefix, TrackHighWater: func(r string) bool { return r == "sku:hot" }})
+	f := m.Fence(&token.MemoryFence{})
+	ctx := context.Background()
+	_ = f.Claim(ctx, "sku:hot", 5)
+	_ = f.Claim(ctx, "sku:hot", 7)
+	_ = f.Claim(ctx, "sku:hot", 6)                           // stale
+	_ = f.Claim(ctx, "sku:cold", 0)                          // invalid
+	_ = f.Claim(ctx, "", 3)                                  // invalid
+	m.Claim("sku:cold", 9, errors.New("connection refused")) // an enforcer's failed check
+	want := `
+# HELP fenceguard_claims_total Resource-side token checks: accepted, stale (refused, lower than the high-water), invalid (bad input), error (check not made).
+# TYPE fenceguard_claims_total counter
+fenceguard_claims_total{class="",result="invalid"} 1
+fenceguard_claims_total{class="sku",result="accepted"} 2
+fenceguard_claims_total{class="sku",result="error"} 1
+fenceguard_claims_total{class="sku",result="invalid"} 1
+fenceguard_claims_total{class="sku",result="stale"} 1
+# HELP fenceguard_high_water Highest token accepted, for tracked resources only.
+# TYPE fenceguard_high_water gauge
+fenceguard_high_water{resource="sku:hot"} 7
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fenceguard_claims_total", "fenceguard_high_water"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ten thousand distinct keys, even with a Class that returns the key
+// itself, produce at most MaxClasses+1 series per metric.
+func TestCardinalityStaysBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		class func(string) string
+		max   int
+	}{
+		{"default class", nil, 1},
+		{"class per key, capped", func(k string) string { return k }, 21},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := newMetrics(t, prom.Options{Class: tc.class, MaxClasses: 20})
+			f := m.Fence(&token.MemoryFence{})
+			for i := range 10_000 {
+				key := fmt.Sprintf("sku:%d", i)
+				m.Observe(guard.Event{Kind: guard.Acquired, Key: key, Token: token.Token(i + 1), Duration: time.Millisecond})
+				m.Observe(guard.Event{Kind: guard.Released, Key: key, Token: token.Token(i + 1), Duration: time.Millisecond})
+				_ = f.Claim(context.Background(), key, token.Token(i+1))
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if n := len(mf.GetMetric()); n > tc.max {
+					t.Errorf("%s has %d series, want at most %d", mf.GetName(), n, tc.max)
+				}
+			}
+		})
+	}
+}
+
+func TestRegisterTwiceFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := prom.New(reg, prom.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prom.New(reg, prom.Options{}); err == nil {
+		t.Fatal("registering the same metrics twice succeeded")
+	}
+}
