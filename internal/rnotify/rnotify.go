@@ -1,12 +1,14 @@
 // Package rnotify shares one Redis pub/sub connection among the blocked
 // acquires of a locker. A waiter registers an id on a channel; a message
-// whose payload is that id wakes that waiter only, and the payload
-// [Everyone] wakes every waiter on the channel.
+// whose payload is that id, or that id followed by "|" and a value, wakes
+// that waiter only and hands it the value; the payload [Everyone] wakes
+// every waiter on the channel.
 package rnotify
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +39,7 @@ type Notifier struct {
 	refs    map[string]int             // guarded by mu; channel → local waiters
 	ready   map[string]bool            // guarded by mu; channel → subscription confirmed
 	pending map[string][]chan struct{} // guarded by mu; confirmations awaited, in SUBSCRIBE order
-	waiters map[string]chan struct{}   // guarded by mu; waiter id → its wake-up
+	waiters map[string]chan string     // guarded by mu; waiter id → its wake-up
 	byChan  map[string]map[string]bool // guarded by mu; channel → waiter ids
 }
 
@@ -50,7 +52,7 @@ func New(c Subscriber) *Notifier {
 		refs:    map[string]int{},
 		ready:   map[string]bool{},
 		pending: map[string][]chan struct{}{},
-		waiters: map[string]chan struct{}{},
+		waiters: map[string]chan string{},
 		byChan:  map[string]map[string]bool{},
 	}
 }
@@ -59,8 +61,10 @@ func New(c Subscriber) *Notifier {
 func (n *Notifier) Done() <-chan struct{} { return n.done }
 
 // Register makes id receive wake-ups published on channel, and returns
-// once the server has confirmed the subscription.
-func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan struct{}, error) {
+// once the server has confirmed the subscription. A wake-up carries the
+// value published after the id ("" for none). Only the latest undelivered
+// wake-up is kept.
+func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan string, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -70,7 +74,7 @@ func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan str
 		n.ps = n.client.Subscribe(context.WithoutCancel(ctx))
 		go n.read(n.ps)
 	}
-	wake := make(chan struct{}, 1)
+	wake := make(chan string, 1)
 	n.waiters[id] = wake
 	if n.byChan[channel] == nil {
 		n.byChan[channel] = map[string]bool{}
@@ -170,10 +174,13 @@ func (n *Notifier) read(ps *redis.PubSub) {
 			n.mu.Lock()
 			if m.Payload == Everyone {
 				for id := range n.byChan[m.Channel] {
-					poke(n.waiters[id])
+					poke(n.waiters[id], "")
 				}
-			} else if w := n.waiters[m.Payload]; w != nil {
-				poke(w)
+			} else {
+				id, val, _ := strings.Cut(m.Payload, "|")
+				if w := n.waiters[id]; w != nil {
+					poke(w, val)
+				}
 			}
 			n.mu.Unlock()
 		case *redis.Subscription:
@@ -197,10 +204,19 @@ func (n *Notifier) read(ps *redis.PubSub) {
 	}
 }
 
-func poke(w chan struct{}) {
-	select {
-	case w <- struct{}{}:
-	default:
+// poke delivers v, replacing an undelivered older wake-up: the latest
+// carries the news (a grant's token).
+func poke(w chan string, v string) {
+	for {
+		select {
+		case w <- v:
+			return
+		default:
+		}
+		select {
+		case <-w:
+		default:
+		}
 	}
 }
 
@@ -208,7 +224,10 @@ func (n *Notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, w := range n.waiters {
-		poke(w)
+		select {
+		case w <- "": // never displaces a pending wake-up's value
+		default:
+		}
 	}
 }
 

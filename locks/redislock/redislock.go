@@ -113,44 +113,62 @@ func newID() string {
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// attempt runs the acquire script once. It returns the lease when granted,
-// otherwise how long to wait before the next attempt is worth making.
-func (l *Locker) attempt(ctx context.Context, k lockKeys, key, id string, ttl time.Duration, enqueue bool) (*Lease, time.Duration, error) {
+// result of one run of the acquire script.
+type result int
+
+const (
+	waiting    result = iota // not granted; queued when asked to
+	granted                  // granted by this very request
+	handedOver               // granted earlier, by a release's hand-over
+)
+
+// attempt runs the acquire script once. It returns the outcome, the token
+// when granted, and otherwise how long to wait before the next attempt is
+// worth making.
+func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (result, token.Token, time.Duration, error) {
 	q := "0"
 	if enqueue {
 		q = "1"
 	}
-	sent := time.Now()
 	res, err := acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
 	if err != nil {
-		return nil, 0, err
+		return 0, 0, 0, err
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("redislock: unexpected acquire reply %v", res)
+		return 0, 0, 0, fmt.Errorf("redislock: unexpected acquire reply %v", res)
 	}
-	if ok, _ := res[0].(int64); ok == 1 {
-		s, _ := res[1].(string)
-		tok, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || tok == 0 {
-			return nil, 0, fmt.Errorf("redislock: bad token %q from the acquire script", s)
-		}
-		return &Lease{l: l, k: k, key: key, id: id, tok: token.Token(tok), ttl: ttl, deadline: sent.Add(ttl)}, 0, nil
+	if ok, _ := res[0].(int64); ok == 0 {
+		wait, _ := res[1].(int64)
+		return waiting, 0, time.Duration(wait) * time.Millisecond, nil
 	}
-	wait, _ := res[1].(int64)
-	return nil, time.Duration(wait) * time.Millisecond, nil
+	s, _ := res[1].(string)
+	tok, err := token.Parse(s)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("redislock: bad token from the acquire script: %w", err)
+	}
+	if ok, _ := res[0].(int64); ok == 2 {
+		return handedOver, tok, 0, nil
+	}
+	return granted, tok, 0, nil
 }
 
-// abandon removes what a failed acquire may have left behind, with a fresh
-// context: the caller's may be done.
-func (l *Locker) abandon(k lockKeys, id string) {
+func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Duration, deadline time.Time) *Lease {
+	return &Lease{l: l, k: k, key: key, id: id, tok: tok, ttl: ttl, deadline: deadline}
+}
+
+// abandon removes what a failed acquire may have left behind — its place
+// in the queue, or a grant it never learned of — with a fresh context: the
+// caller's may be done.
+func (l *Locker) abandon(k lockKeys, id string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel).Err()
+	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
+	_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
 }
 
 // TryAcquire implements [locks.Locker]. It fails with
-// [locks.ErrNotObtained] while the lock is held or others queue for it.
-// One round trip.
+// [locks.ErrNotObtained] while the lock is held or handed over. One round
+// trip.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
 		return nil, err
@@ -159,21 +177,23 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, err
 	}
 	k, id := l.keys(key), newID()
-	lease, _, err := l.attempt(ctx, k, key, id, ttl, false)
+	sent := time.Now()
+	res, tok, _, err := l.attempt(ctx, k, id, ttl, false)
 	if err != nil {
-		l.abandon(k, id) // the grant may have happened and its reply been lost
+		l.abandon(k, id, ttl) // the grant may have happened and its reply been lost
 		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 	}
-	if lease == nil {
+	if res != granted {
 		return nil, locks.ErrNotObtained
 	}
-	return lease, nil
+	return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
 }
 
 // Acquire implements [locks.Locker]. An uncontended acquire is one round
 // trip. A contended one joins the key's FIFO queue and sleeps until a
-// release names it on the key's channel, or until the lock's remaining TTL
-// (or its queue heartbeat) is up.
+// release hands the lock over to it — the wake-up carries the token, so
+// the new holder needs no further round trip — or until the lock's
+// remaining TTL, or its queue heartbeat, is up.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
 		return nil, err
@@ -182,19 +202,25 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return nil, err
 	}
 	k, id := l.keys(key), newID()
-	// Listen before queueing, or the wake-up could come first. When other
+	fail := func(err error) (locks.Lease, error) {
+		l.abandon(k, id, ttl)
+		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+	}
+	// Listen before queueing, or the hand-over could come first. When other
 	// local waiters already listen on the key (it is contended), that costs
 	// nothing and the first attempt may queue at once; otherwise try first,
 	// so an uncontended acquire is one round trip.
-	listening := l.notify.Subscribed(k.channel)
-	if !listening {
-		lease, _, err := l.attempt(ctx, k, key, id, ttl, false)
+	if !l.notify.Subscribed(k.channel) {
+		sent := time.Now()
+		res, tok, _, err := l.attempt(ctx, k, id, ttl, false)
 		if err != nil {
-			l.abandon(k, id)
-			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+			return fail(err)
 		}
-		if lease != nil {
-			return lease, nil
+		if res == granted {
+			return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
 		}
 	}
 	wake, err := l.notify.Register(ctx, k.channel, id)
@@ -207,29 +233,47 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	defer l.notify.Unregister(k.channel, id)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	heartbeat := l.o.WaiterTTL / 3
-	for {
-		lease, wait, err := l.attempt(ctx, k, key, id, ttl, true)
-		if lease != nil {
-			return lease, nil
-		}
-		if err != nil {
-			l.abandon(k, id)
-			if ctx.Err() != nil {
-				err = ctx.Err()
+	// A hand-over happens after the last request that found us waiting was
+	// sent: the grant's conservative start. Heartbeats keep it recent.
+	var queuedAt time.Time
+	heartbeat := min(l.o.WaiterTTL/3, ttl/3)
+	handed := func(tok token.Token) (locks.Lease, error) {
+		s := l.lease(k, key, id, tok, ttl, queuedAt.Add(ttl))
+		if time.Until(s.Deadline()) < ttl/2 {
+			// The news took long (a pause?): refresh the lease first.
+			if err := s.Renew(ctx); err != nil {
+				return fail(err)
 			}
-			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
+		return s, nil
+	}
+	for {
+		sent := time.Now()
+		res, tok, wait, err := l.attempt(ctx, k, id, ttl, true)
+		switch {
+		case err != nil:
+			return fail(err)
+		case res == granted:
+			return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
+		case res == handedOver:
+			return handed(tok)
+		}
+		queuedAt = sent
 		timer.Reset(min(max(wait, time.Millisecond), heartbeat))
 		select {
-		case <-wake:
+		case v := <-wake:
+			if v != "" {
+				tok, err := token.Parse(v)
+				if err != nil {
+					return fail(fmt.Errorf("bad token %q in a hand-over", v))
+				}
+				return handed(tok)
+			}
 		case <-timer.C:
 		case <-l.notify.Done():
-			l.abandon(k, id)
-			return nil, ErrClosed
+			return fail(ErrClosed)
 		case <-ctx.Done():
-			l.abandon(k, id)
-			return nil, fmt.Errorf("redislock: acquire %q: %w", key, ctx.Err())
+			return fail(ctx.Err())
 		}
 	}
 }
@@ -325,7 +369,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if s.released {
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.id, s.k.channel).Int()
+	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.id, s.k.channel, ms(s.l.o.CounterIdle)).Int()
 	if err != nil {
 		return fmt.Errorf("redislock: release %q: %w", s.key, err)
 	}
