@@ -8,19 +8,31 @@
 // falls back to EVAL on NOSCRIPT), so each is one round trip:
 //
 //   - acquire: SET NX PX and, in the same script, token = max(counter + 1,
-//     server TIME in µs), written back to the counter with an idle expiry;
+//     server TIME in µs), written to the counter with an idle expiry (one
+//     SET ... GET: the clock is normally ahead of the counter);
 //   - renew: PEXPIRE only if the lock still holds this grant's id;
-//   - release: DEL only if the lock still holds this grant's id, then
-//     publish the id of the next waiter.
+//   - release: only if the lock still holds this grant's id, hand it over
+//     to the first waiter, or delete it when nobody waits.
 //
 // A contended Acquire joins the key's queue (FIFO by arrival at the server)
-// and sleeps until a release publishes its id on the key's channel, with a
-// fallback wake-up at the lock's remaining TTL — never a polling loop.
-// Only the waiter whose turn it is wakes and runs a script; a newcomer does
-// not jump the queue. Waiters refresh their place every WaiterTTL/3; one
-// that dies holds the queue up for at most WaiterTTL. Blocked acquires of
-// one Locker share a single pub/sub connection and one reader goroutine:
+// and sleeps. A release does not free the lock for everyone to race for: it
+// grants it to the first live waiter — sets the lock to the waiter's id for
+// the waiter's TTL and mints its token — and publishes "id|token" on the
+// key's channel. Only that waiter wakes, and it holds the lock the moment
+// the message arrives: no thundering herd, no further round trip, and no
+// newcomer can barge in ahead of the queue. A waiter also wakes when the
+// lock's remaining TTL runs out (a holder that died) and every
+// WaiterTTL/3 (or TTL/3, if shorter) to refresh its place; a waiter that
+// stops refreshing is dropped after WaiterTTL. A waiter that dies in the
+// moment between refreshing and being handed the lock holds it, like a
+// holder that dies, until its TTL expires. Blocked acquires of one Locker
+// share a single pub/sub connection and one reader goroutine:
 // [Locker.Close] stops it.
+//
+// The lease of a handed-over grant is dated, conservatively, from the last
+// request that found the waiter still waiting — the grant came after it.
+// If that leaves less than half the TTL (the wake-up was late), Acquire
+// renews once before returning.
 //
 // All keys of one lock carry the hash tag {key}, so they live in one
 // Cluster slot and a script can touch them together.
