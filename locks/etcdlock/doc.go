@@ -15,16 +15,16 @@
 // # Queue and wake-up
 //
 // Waiters are served in create-revision order. Acquire joins the queue in
-// one transaction that also returns the first and the last two keys; a
-// waiter then watches only its predecessor and wakes on its deletion. The
-// watch is opened at the current revision and only then is the predecessor
-// checked: etcd serves a watch opened at an older revision from its
-// unsynced-watcher loop, which catches up every 100ms — the reason a
-// waiter of concurrency.Mutex, which watches from the revision of its last
-// read, typically waits that long after a release under contention. Each
-// grant's key has a name of its own, so a waiter can never mistake a later
-// grant for the predecessor it watched. A cancelled or failed acquire
-// deletes its key.
+// one transaction that also returns the first key; a waiter then watches
+// the queue's prefix (deletions only), reads once which keys are ahead of
+// it, and counts their deletions as the watch reports them, so the
+// hand-over costs it no request at all. The watch is opened at the current
+// revision and only then are the keys ahead read: etcd serves a watch
+// opened at an older revision from its unsynced-watcher loop, which
+// catches up every 100ms — the reason a waiter of concurrency.Mutex, which
+// watches from the revision of its last read, typically waits that long
+// after a release under contention. Each grant's key has a name of its
+// own, never reused. A cancelled or failed acquire deletes its key.
 //
 // # Leases and what TTL means here
 //

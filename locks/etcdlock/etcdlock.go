@@ -185,7 +185,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 }
 
 // Acquire implements [locks.Locker]: one transaction joins the queue; a
-// waiter then watches its predecessor's key and wakes on its deletion.
+// waiter then watches the queue and wakes when the last key ahead of it is
+// deleted.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	return l.acquire(ctx, key, ttl, true)
 }
@@ -227,11 +228,10 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
 	var resp *clientv3.TxnResponse
 	if wait {
-		// Join the queue, and fetch the first and the last two waiters.
+		// Join the queue, and fetch the first waiter.
 		resp, err = l.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.myKey), "=", 0)).
-			Then(put, clientv3.OpGet(q, clientv3.WithFirstCreate()...),
-				clientv3.OpGet(q, append(clientv3.WithLastCreate(), clientv3.WithLimit(2))...)).
+			Then(put, clientv3.OpGet(q, clientv3.WithFirstCreate()...)).
 			Commit()
 	} else {
 		// Write only if nobody queues.
@@ -271,123 +271,77 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	if len(first) == 0 || first[0].CreateRevision == s.rev {
 		return s, nil
 	}
-	var pred *mvccpb.KeyValue
-	if last := resp.Responses[2].GetResponseRange().Kvs; len(last) == 2 {
-		pred = last[1]
-	}
-	if err := s.waitTurn(ctx, q, pred); err != nil {
+	if err := s.waitTurn(ctx, q); err != nil {
 		s.abandon()
 		return nil, err
 	}
 	return s, nil
 }
 
-// waitTurn waits until no key older than ours queues, watching the newest
-// older one (pred, when known) for its deletion and keeping our lease alive
-// meanwhile.
-func (s *Lease) waitTurn(ctx context.Context, q string, pred *mvccpb.KeyValue) error {
-	keepAlive := time.NewTimer(s.ttl / 3)
-	defer keepAlive.Stop()
-	var seen int64 // a revision at which pred was known gone
-	for {
-		if pred == nil {
-			ahead, err := s.ahead(ctx, q, seen)
-			if err != nil {
-				return err
-			}
-			if ahead == nil {
-				return nil // our turn
-			}
-			pred = ahead
-		}
-		rev, err := s.waitDeleted(ctx, pred, keepAlive)
-		if err != nil {
-			return err
-		}
-		pred, seen = nil, rev
-	}
-}
-
-// ahead returns the newest key queued before ours, nil if none, and fails
-// if our own key is gone. With rev > 0 it reads the snapshot at rev from
-// the member it asks, without a round of consensus: keys ahead of ours were
-// all created before ours, so none can appear after rev, and whatever the
-// snapshot shows gone is gone for good. A member that has not applied rev
-// yet answers with an error, and then the read is made linearizable.
-func (s *Lease) ahead(ctx context.Context, q string, rev int64) (*mvccpb.KeyValue, error) {
-	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
-		return s.c.Txn(ctx).Then(
-			clientv3.OpGet(q, append(append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(s.rev-1)), opts...)...),
-			clientv3.OpGet(s.myKey, opts...),
-		).Commit()
-	}
-	var resp *clientv3.TxnResponse
-	var err error
-	if rev > 0 {
-		resp, err = read(clientv3.WithSerializable(), clientv3.WithRev(rev))
-	}
-	if rev <= 0 || err != nil {
-		if resp, err = read(); err != nil {
-			return nil, err
-		}
-	}
-	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != s.rev {
-		return nil, fmt.Errorf("etcdlock: waiting key %q vanished: %w", s.myKey, rpctypes.ErrLeaseNotFound)
-	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return kvs[0], nil
-	}
-	return nil, nil
-}
-
-// waitDeleted returns a revision at which pred is gone. The watch starts
-// from the current revision and only then is pred's existence checked: a
-// watch from an older revision would be served by etcd's periodic catch-up
-// of lagging watchers (every 100ms), not at once.
-func (s *Lease) waitDeleted(ctx context.Context, pred *mvccpb.KeyValue, keepAlive *time.Timer) (int64, error) {
-	key := string(pred.Key)
+// waitTurn waits until no key older than ours queues. It watches the
+// whole queue from the current revision, then reads which keys are ahead,
+// and from then on counts their deletions as the watch reports them: the
+// hand-over costs the waiter no request at all. (A watch opened at an older
+// revision would be served by etcd's catch-up of lagging watchers, every
+// 100ms, not at once.) Our lease is kept alive meanwhile.
+func (s *Lease) waitTurn(ctx context.Context, q string) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := s.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	created := false
+	wch := s.c.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	keepAlive := time.NewTimer(s.ttl / 3)
+	defer keepAlive.Stop()
+	var ahead map[string]bool // nil until the watch is in place
 	for {
 		select {
 		case wr, ok := <-wch:
 			if !ok {
 				if err := ctx.Err(); err != nil {
-					return 0, err
+					return err
 				}
-				return 0, errors.New("etcdlock: watch closed")
+				return errors.New("etcdlock: watch closed")
 			}
 			if err := wr.Err(); err != nil {
-				return 0, err
+				return err
 			}
-			if wr.Created && !created {
-				created = true
-				resp, err := s.c.Get(ctx, key, clientv3.WithKeysOnly())
+			if wr.Created && ahead == nil {
+				resp, err := s.c.Txn(ctx).Then(
+					clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(s.rev-1), clientv3.WithKeysOnly()),
+					clientv3.OpGet(s.myKey, clientv3.WithKeysOnly()),
+				).Commit()
 				if err != nil {
-					return 0, err
+					return err
 				}
-				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision {
-					return resp.Header.Revision, nil
+				if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != s.rev {
+					return fmt.Errorf("etcdlock: waiting key %q vanished: %w", s.myKey, rpctypes.ErrLeaseNotFound)
+				}
+				ahead = map[string]bool{}
+				for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+					ahead[string(kv.Key)] = true
 				}
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return ev.Kv.ModRevision, nil
+				if ev.Type != mvccpb.DELETE {
+					continue
 				}
+				if string(ev.Kv.Key) == s.myKey {
+					return fmt.Errorf("etcdlock: waiting key %q deleted: %w", s.myKey, rpctypes.ErrLeaseNotFound)
+				}
+				delete(ahead, string(ev.Kv.Key))
+			}
+			if ahead != nil && len(ahead) == 0 {
+				return nil // our turn
 			}
 		case <-keepAlive.C:
 			sent := time.Now()
 			if _, err := s.c.KeepAliveOnce(ctx, s.id); err != nil {
-				return 0, err
+				return err
 			}
 			s.mu.Lock()
 			s.deadline = sent.Add(s.ttl)
 			s.mu.Unlock()
 			keepAlive.Reset(s.ttl / 3)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
