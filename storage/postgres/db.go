@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// DB is what this package needs of a connection. [*pgxpool.Pool],
+// [*pgx.Conn] and every [pgx.Tx] satisfy it, so each function runs on a
+// pool, on one connection, or inside a transaction the caller already
+// holds.
+//
+// [*pgxpool.Pool]: https://pkg.go.dev/github.com/jackc/pgx/v5/pgxpool#Pool
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// querier is the part of [DB] a single fenced statement needs.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Errors of this package, tested with [errors.Is]. A stale token is a
+// [*token.StaleError] (errors.Is(err, [token.ErrStale])); a zero token with
+// none in the context wraps [token.ErrMissing]; an empty resource key is
+// [token.ErrNoResource].
+var (
+	// ErrNoRow: the guarded row does not exist. Nothing was written.
+	ErrNoRow = errors.New("postgres: no such row")
+	// ErrBadInput: an argument no call could succeed with (a nil key, a
+	// column list that does not match its destinations, an assignment to
+	// the key or token column, …). Nothing was sent to the server.
+	ErrBadInput = errors.New("postgres: bad input")
+	// ErrBadOptions: [NewTable] or [NewTokens] got inconsistent options.
+	ErrBadOptions = errors.New("postgres: bad options")
+	// ErrSchema is what every [*SchemaError] unwraps to.
+	ErrSchema = errors.New("postgres: schema not set up for fencing")
+)
+
+// SchemaError reports that the database lacks what a fenced statement
+// needs: the guarded table, its token or key column, a unique index on the
+// key (Upsert), or the fence_tokens table ([Migrate]). The statement
+// failed as a whole, so nothing was written. It unwraps to [ErrSchema] and
+// to its cause, usually the server's [*pgconn.PgError].
+type SchemaError struct {
+	Object string // the table as configured, e.g. "public.items"
+	Err    error  // the cause, usually a *pgconn.PgError
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("postgres: %s is not set up for fencing: %v", e.Object, e.Err)
+}
+
+func (e *SchemaError) Unwrap() []error { return []error{ErrSchema, e.Err} }
+
+// schemaCodes are the SQLSTATEs that mean "the schema is not what fencing
+// needs" rather than a transient failure.
+var schemaCodes = map[string]bool{
+	"42P01": true, // undefined_table
+	"42703": true, // undefined_column
+	"3F000": true, // invalid_schema_name
+	"42P10": true, // invalid_column_reference: no unique index for ON CONFLICT
+	"42883": true, // undefined_function: e.g. text <= bigint, a token column of the wrong type
+	"42804": true, // datatype_mismatch
+}
+
+// wrapErr classifies a failed statement about object.
+func wrapErr(op, object string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && schemaCodes[pgErr.Code] {
+		return &SchemaError{Object: object, Err: err}
+	}
+	return fmt.Errorf("postgres: %s %s: %w", op, object, err)
+}
+
+// pgToken converts t for a bigint column, taking it from ctx when t is 0.
+func pgToken(ctx context.Context, t token.Token, what string) (token.Token, int64, error) {
+	if t == 0 {
+		_, t, _ = token.FromContext(ctx)
+	}
+	if t == 0 {
+		return 0, 0, fmt.Errorf("postgres: %s: %w", what, token.ErrMissing)
+	}
+	if t > math.MaxInt64 {
+		return 0, 0, fmt.Errorf("postgres: %s: token %d does not fit a PostgreSQL bigint: %w", what, t, token.ErrInvalid)
+	}
+	return t, int64(t), nil
+}
+
+// resourceToken resolves the resource key and token of a table-mode call:
+// an empty resource is the context's; a zero token is the context's only
+// when the context carries it for this very resource, since a token means
+// nothing against another lock's key.
+func resourceToken(ctx context.Context, resource string, t token.Token) (string, token.Token, int64, error) {
+	ck, ct, ok := token.FromContext(ctx)
+	if resource == "" && ok {
+		resource = ck
+	}
+	if t == 0 && ok && ck == resource {
+		t = ct
+	}
+	if err := token.CheckClaim(resource, t); err != nil {
+		return "", 0, 0, fmt.Errorf("postgres: %w", err)
+	}
+	t, v, err := pgToken(ctx, t, "claim "+resource)
+	return resource, t, v, err
+}
+
+// checkIdentifier validates one part of an SQL name. Sanitize would drop a
+// NUL byte silently and address another object.
+func checkIdentifier(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrBadOptions, what)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%w: %s %q contains a NUL byte", ErrBadOptions, what, s)
+	}
+	return nil
+}
+
+// checkName validates a table name of one or two (schema, table) parts.
+func checkName(what string, id pgx.Identifier) error {
+	if len(id) == 0 || len(id) > 2 {
+		return fmt.Errorf("%w: %s must be [table] or [schema, table], got %d parts", ErrBadOptions, what, len(id))
+	}
+	for _, p := range id {
+		if err := checkIdentifier(what, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quote returns a column name quoted for SQL.
+func quote(column string) string { return pgx.Identifier{column}.Sanitize() }

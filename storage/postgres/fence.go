@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Fence is a [token.Fence] that keeps each resource's high-water mark in a
+// PostgreSQL high-water table, for resources served by several processes
+// (the HTTP middleware uses it). Each claim is one autocommitted statement
+// (an upsert guarded by the mark), so concurrent claims from any number of
+// processes see one order.
+//
+// Marks are never deleted by this package: a deleted mark would let a
+// stale holder in. Each distinct resource costs one row.
+//
+// A Fence is safe for concurrent use if its DB is (a pool is; a single
+// [pgx.Conn] is not).
+type Fence struct {
+	db     DB
+	tokens *Tokens
+}
+
+var _ token.Fence = (*Fence)(nil)
+
+// NewFence returns a Fence on the default high-water table (fence_tokens on
+// the search_path). See [Tokens.Fence] for another table.
+func NewFence(db DB) *Fence { return defaultTokens.Fence(db) }
+
+// Fence returns a [Fence] keeping its marks in k, on db.
+func (k *Tokens) Fence(db DB) *Fence { return &Fence{db: db, tokens: k} }
+
+// Claim implements [token.Fence]: it advances resource's mark to t unless
+// a higher token was accepted, in which case it returns a
+// [*token.StaleError] with the current mark. Unlike [Tx], it takes nothing
+// from the context: a zero t is [token.ErrMissing].
+func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	if err := token.CheckClaim(resource, t); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	_, v, err := pgToken(ctx, t, "claim "+resource)
+	if err != nil {
+		return err
+	}
+	if f.db == nil {
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: claim %s: %w", resource, err)
+	}
+	return f.tokens.claim(ctx, f.db, resource, t, v)
+}
+
+// HighWater returns the highest token resource has accepted, 0 if none.
+func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
+	return f.tokens.HighWater(ctx, f.db, resource)
+}

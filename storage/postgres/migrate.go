@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrations are the schema changes of the high-water table, applied in
+// file name order. Each is idempotent on its own (IF NOT EXISTS), so
+// Migrate simply runs them all. {{.Tokens}} is the table's sanitized name.
+//
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+var migrationTemplates = template.Must(template.ParseFS(migrations, "migrations/*.sql"))
+
+// migrateLock is the key of the transaction-level advisory lock that
+// serializes Migrate across processes ("fencegrd" in ASCII).
+const migrateLock int64 = 0x66656e6365677264
+
+// Migrate creates the default high-water table (fence_tokens on the
+// search_path). See [Tokens.Migrate].
+func Migrate(ctx context.Context, db DB) error { return defaultTokens.Migrate(ctx, db) }
+
+// Migrate creates k's table, and its schema if k names one, unless they
+// exist. It is idempotent, and safe to run from several processes at once
+// (each instance of a service at start-up): it runs in one transaction
+// that first takes an advisory lock, so concurrent runs queue instead of
+// racing on CREATE.
+func (k *Tokens) Migrate(ctx context.Context, db DB) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			rollback(ctx, tx)
+		}
+	}()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLock); err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+	}
+	if k.schema != "" {
+		// Not CREATE SCHEMA IF NOT EXISTS: that needs the CREATE privilege
+		// on the database even when the schema exists.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, k.schema).Scan(&exists); err != nil {
+			return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{k.schema}.Sanitize()); err != nil {
+				return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+			}
+		}
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	for _, name := range names { // fs.Glob sorts
+		var sql strings.Builder
+		data := struct{ Tokens string }{k.table}
+		if err := migrationTemplates.ExecuteTemplate(&sql, strings.TrimPrefix(name, "migrations/"), data); err != nil {
+			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, name, err)
+		}
+		if _, err := tx.Exec(ctx, sql.String()); err != nil {
+			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, name, err)
+		}
+	}
+	committed = true
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+	}
+	return nil
+}
+
+// AddTokenColumn adds the token column (bigint not null default 0) to the
+// guarded table unless it has one, and checks that an existing one is
+// bigint not null; if not, it returns a [*SchemaError]. It is idempotent.
+// On PostgreSQL 11 and later the column is added without rewriting the
+// table, but ALTER TABLE briefly takes an ACCESS EXCLUSIVE lock.
+//
+// Every existing row starts with the mark 0, so any token claims it.
+func (tb *Table) AddTokenColumn(ctx context.Context, db DB) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: add token column to %s: %w", tb.name, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			rollback(ctx, tx)
+		}
+	}()
+	if _, err := tx.Exec(ctx, `ALTER TABLE `+tb.tbl+` ADD COLUMN IF NOT EXISTS `+tb.tok+` bigint NOT NULL DEFAULT 0`); err != nil {
+		return wrapErr("add token column to", tb.name, err)
+	}
+	var typ string
+	var notNull bool
+	err = tx.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
+ WHERE attrelid = $1::text::regclass AND attname = $2 AND NOT attisdropped`, tb.tbl, tb.rawTok).Scan(&typ, &notNull)
+	if err != nil {
+		return wrapErr("add token column to", tb.name, err)
+	}
+	if typ != "bigint" || !notNull {
+		null := " null"
+		if notNull {
+			null = " not null"
+		}
+		return &SchemaError{Object: tb.name, Err: fmt.Errorf("column %s is %s%s, want bigint not null", tb.rawTok, typ, null)}
+	}
+	committed = true
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: add token column to %s: %w", tb.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// TableOptions configure [NewTable].
+type TableOptions struct {
+	// Name of the guarded table: {table} or {schema, table}. Required.
+	// Give every Table over one table the same Name: it is part of the
+	// resource key of the table's tombstones ([Table.Delete]).
+	Name pgx.Identifier
+
+	// Key is the column that identifies a row. Required. It must be unique
+	// (a primary key or a unique index: [Table.Upsert] needs one).
+	Key string
+
+	// Token is the column holding the row's high-water mark, bigint not
+	// null default 0 ([Table.AddTokenColumn] adds it). Default
+	// "fence_token".
+	Token string
+
+	// Tokens is the high-water table that keeps the marks of deleted rows.
+	// Default: fence_tokens on the search_path.
+	Tokens *Tokens
+}
+
+// Table is a table guarded in column mode: each row carries its own
+// high-water mark in a token column, and every operation is one statement
+// that checks and advances the mark together with the access, so a row
+// can never be read or written under a token lower than one it has
+// accepted.
+//
+// Every operation tells the three outcomes apart in one round trip: done;
+// refused, with a [*token.StaleError] carrying the row's current mark; or
+// no such row, [ErrNoRow]. A zero token is taken from the context
+// ([token.FromContext], whatever resource key the context names: a row is
+// not a lock key). Column names are quoted identifiers and values are
+// query parameters, never SQL text.
+//
+// A Table is safe for concurrent use. Statement texts are built once per
+// table and shape (operation and column list), so pgx's statement cache
+// serves every later call.
+type Table struct {
+	name   string // as configured, for messages and tombstone keys
+	tbl    string // sanitized name
+	key    string // quoted key column
+	tok    string // quoted token column
+	rawKey string // as configured, to refuse assignments to it
+	rawTok string
+	tokens *Tokens
+
+	currentSQL string // $1 key → the row's token
+	deleteSQL  string
+	marksSQL   string // $1 key, $2 tombstone prefix → (row token, tombstone token, key text)
+
+	mu     sync.Mutex
+	shapes map[shapeKey]string // guarded by mu: statement texts
+}
+
+// maxShapes bounds the statement texts a Table remembers; beyond it texts
+// are built per call (still correct, and still cached by pgx per
+// connection).
+const maxShapes = 256
+
+// NewTable returns the guarded table described by o. It fails with an
+// error wrapping [ErrBadOptions] for missing or unusable names; it does
+// not touch the database.
+func NewTable(o TableOptions) (*Table, error) {
+	if o.Token == "" {
+		o.Token = "fence_token"
+	}
+	if o.Tokens == nil {
+		o.Tokens = defaultTokens
+	}
+	if err := checkName("table name", o.Name); err != nil {
+		return nil, err
+	}
+	if err := checkIdentifier("key column", o.Key); err != nil {
+		return nil, err
+	}
+	if err := checkIdentifier("token column", o.Token); err != nil {
+		return nil, err
+	}
+	if o.Key == o.Token {
+		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadOptions, o.Key)
+	}
+	tb := &Table{
+		name:   strings.Join(o.Name, "."),
+		tbl:    o.Name.Sanitize(),
+		key:    quote(o.Key),
+		tok:    quote(o.Token),
+		rawKey: o.Key,
+		rawTok: o.Token,
+		tokens: o.Tokens,
+		shapes: map[shapeKey]string{},
+	}
+	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
+	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
+ (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text), $1::text`
+	// The tombstone's upsert locks the high-water table's row for this key
+	// before the row itself is locked (the join needs its output before
+	// DELETE sees a row), the order the insert path of Upsert uses too.
+	// CTE names carry a prefix so that they cannot hide a table the
+	// statement means.
+	tb.deleteSQL = `WITH fenceguard_cur AS (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2),
+fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, updated_at)
+ SELECT $3 || $2::text, $1::bigint, now() WHERE EXISTS (SELECT FROM fenceguard_cur c WHERE c.` + tb.tok + ` <= $1::bigint)
+ ON CONFLICT (resource) DO UPDATE SET token = greatest(m.token, excluded.token), updated_at = excluded.updated_at
+ RETURNING true),
+fenceguard_d AS (DELETE FROM ` + tb.tbl + ` r USING fenceguard_t WHERE r.` + tb.key + ` = $2 AND r.` + tb.tok + ` <= $1::bigint RETURNING true)
+SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), $2::text, EXISTS (SELECT FROM fenceguard_d)`
+	return tb, nil
+}
+
+// String returns the table's name as configured, e.g. "public.items".
+func (tb *Table) String() string { return tb.name }
+
+// Assignment is one "column = value" of [Table.Update] or [Table.Upsert];
+// make it with [Set].
+type Assignment struct {
+	column string
+	value  any
+}
+
+// Set assigns value to column. The value is sent as a query parameter.
+func Set(column string, value any) Assignment { return Assignment{column, value} }
+
+// Read claims the row with key for t and reads columns into dest, in one
+// statement: the row's mark is advanced to t (a token equal to the mark is
+// accepted: one holder, many accesses) and a lower token is refused. Every
+// access under a lock, reads included, must claim: a read that did not
+// could base a write on data a newer holder is about to change.
+//
+// Read writes the row (the mark) even when t equals the mark, and holds the
+// row lock until the statement's transaction ends. If a destination cannot
+// hold its column, Read returns pgx's scan error after the claim was made.
+func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, columns []string, dest ...any) error {
+	t, v, err := tb.check(ctx, db, "read", key, t)
+	if err != nil {
+		return err
+	}
+	if len(columns) != len(dest) {
+		return fmt.Errorf("%w: %d columns but %d destinations", ErrBadInput, len(columns), len(dest))
+	}
+	for _, c := range columns {
+		if err := checkColumn(c); err != nil {
+			return err
+		}
+	}
+	sql := tb.shape('r', columns, func() string { return tb.updateSQL(nil, columns) })
+	found, err := tb.fenced(ctx, db, "read", sql, []any{v, key}, t, dest)
+	if err == nil && !found {
+		err = tb.noRow("read", key)
+	}
+	return err
+}
+
+// Update assigns set to the row with key if t is not lower than the row's
+// mark, and advances the mark to t, in one statement. A refused Update
+// changes nothing.
+func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
+	t, v, err := tb.check(ctx, db, "update", key, t)
+	if err != nil {
+		return err
+	}
+	if len(set) == 0 {
+		return fmt.Errorf("%w: Update with nothing to set (use Read to only claim)", ErrBadInput)
+	}
+	cols, vals, err := tb.assignments(set)
+	if err != nil {
+		return err
+	}
+	sql := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
+	found, err := tb.fenced(ctx, db, "update", sql, append([]any{v, key}, vals...), t, nil)
+	if err == nil && !found {
+		err = tb.noRow("update", key)
+	}
+	return err
+}
+
+// Upsert updates the row with key like [Table.Update], or, if there is no
+// such row, inserts it with key, the token and set (other columns get
+// their defaults). The key column needs a unique index.
+//
+// The insert path first claims the key's tombstone in the high-water table
+// (resource "<table name>/<key as text>"), which [Table.Delete] leaves
+// behind: a deleted row cannot be re-created by a holder whose token is
+// lower than the deleting one. That claim stays in the high-water table,
+// so each key ever inserted through Upsert costs a row there. An insert
+// path refused because a row with a higher mark appeared meanwhile may
+// have recorded t in the tombstone (harmless, as for Delete).
+func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
+	t, v, err := tb.check(ctx, db, "upsert", key, t)
+	if err != nil {
+		return err
+	}
+	cols, vals, err := tb.assignments(set)
+	if err != nil {
+		return err
+	}
+	upd := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
+	ins := tb.shape('i', cols, func() string { return tb.insertSQL(cols) })
+	updArgs := append([]any{v, key}, vals...)
+	insArgs := append([]any{v, key, tb.name + "/"}, vals...)
+	for range maxAttempts {
+		// The common case, an existing row, needs no tombstone.
+		found, err := tb.fenced(ctx, db, "upsert", upd, updArgs, t, nil)
+		if found || err != nil {
+			return err
+		}
+		var done bool
+		if err := db.QueryRow(ctx, ins, insArgs...).Scan(&done); err != nil {
+			return wrapErr("upsert into", tb.name, err)
+		}
+		if done {
+			return nil
+		}
+		// Refused by the tombstone or by a row inserted meanwhile; a fresh
+		// read says by how much.
+		var row, tomb *int64
+		var keyText string
+		if err := db.QueryRow(ctx, tb.marksSQL, key, tb.name+"/").Scan(&row, &tomb, &keyText); err != nil {
+			return wrapErr("upsert into", tb.name, err)
+		}
+		cur := token.Token(max(deref(row), deref(tomb)))
+		if cur > t {
+			return &token.StaleError{Resource: tb.name + "/" + keyText, Presented: t, Current: cur}
+		}
+	}
+	return tb.unstable("upsert", key)
+}
+
+// Delete deletes the row with key if t is not lower than its mark. The
+// mark does not go with the row: Delete records t as the key's tombstone
+// in the high-water table (resource "<table name>/<key as text>"), in the
+// same statement, and [Table.Upsert] refuses to re-create the row for a
+// lower token. Statements of your own that insert rows bypass that check;
+// create rows that may have been deleted through Upsert.
+//
+// A Delete refused because the row changed under it (a higher mark, or a
+// delete by someone else) may have recorded t in the tombstone anyway.
+// That is harmless: t was not below the row's mark when the statement
+// began, and a tombstone is consulted only while its row does not exist
+// (a successful Delete raises it to the deleting token).
+func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) error {
+	t, v, err := tb.check(ctx, db, "delete", key, t)
+	if err != nil {
+		return err
+	}
+	found, err := tb.fenced(ctx, db, "delete from", tb.deleteSQL, []any{v, key, tb.name + "/"}, t, nil)
+	if err == nil && !found {
+		err = tb.noRow("delete", key)
+	}
+	return err
+}
+
+// check validates what every operation gets and resolves the token.
+func (tb *Table) check(ctx context.Context, db DB, op string, key any, t token.Token) (token.Token, int64, error) {
+	t, v, err := pgToken(ctx, t, op+" "+tb.name)
+	if err != nil {
+		return 0, 0, err
+	}
+	switch {
+	case db == nil:
+		return 0, 0, fmt.Errorf("%w: nil DB", ErrBadInput)
+	case key == nil:
+		return 0, 0, fmt.Errorf("%w: %s %s: nil key", ErrBadInput, op, tb.name)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, fmt.Errorf("postgres: %s %s: %w", op, tb.name, err)
+	}
+	return t, v, nil
+}
+
+func checkColumn(c string) error {
+	switch {
+	case c == "":
+		return fmt.Errorf("%w: empty column name", ErrBadInput)
+	case strings.ContainsRune(c, 0):
+		return fmt.Errorf("%w: column name %q contains a NUL byte", ErrBadInput, c)
+	}
+	return nil
+}
+
+// assignments validates set and splits it into columns and values.
+func (tb *Table) assignments(set []Assignment) ([]string, []any, error) {
+	cols := make([]string, len(set))
+	vals := make([]any, len(set))
+	for i, a := range set {
+		if err := checkColumn(a.column); err != nil {
+			return nil, nil, err
+		}
+		switch a.column {
+		case tb.rawKey:
+			return nil, nil, fmt.Errorf("%w: assignment to the key column %q", ErrBadInput, a.column)
+		case tb.rawTok:
+			return nil, nil, fmt.Errorf("%w: assignment to the token column %q (the token is the fencing token)", ErrBadInput, a.column)
+		}
+		for _, c := range cols[:i] {
+			if c == a.column {
+				return nil, nil, fmt.Errorf("%w: column %q assigned twice", ErrBadInput, c)
+			}
+		}
+		cols[i], vals[i] = a.column, a.value
+	}
+	return cols, vals, nil
+}
+
+// shapeKey identifies a statement text: the operation and its columns,
+// joined by NUL (which no column name contains).
+type shapeKey struct {
+	op   byte
+	cols string
+}
+
+// shape returns the statement text for op over cols, building it once.
+func (tb *Table) shape(op byte, cols []string, build func() string) string {
+	k := shapeKey{op, strings.Join(cols, "\x00")}
+	tb.mu.Lock()
+	sql, ok := tb.shapes[k]
+	tb.mu.Unlock()
+	if ok {
+		return sql
+	}
+	sql = build()
+	tb.mu.Lock()
+	if len(tb.shapes) < maxShapes {
+		tb.shapes[k] = sql
+	}
+	tb.mu.Unlock()
+	return sql
+}
+
+// updateSQL is the claim-and-maybe-write statement of Read, Update and the
+// first step of Upsert: $1 token, $2 key, $3… the values of set.
+//
+// fenceguard_u advances the mark (and assigns) only if the token is not
+// lower. The result is always one row: whether the write happened and the
+// returned columns if it did; if it did not, the row's mark (NULL if there
+// is no such row) and the key as text. The read costs a second index
+// probe, so it runs only when the write did not happen. The UPDATE sees the newest row version (it
+// re-checks its condition on a row changed since the snapshot), the read
+// the snapshot: see fenced for when they disagree.
+func (tb *Table) updateSQL(set, returning []string) string {
+	var b strings.Builder
+	b.WriteString(`WITH fenceguard_u AS (UPDATE ` + tb.tbl + ` SET ` + tb.tok + ` = $1::bigint`)
+	for i, c := range set {
+		b.WriteString(`, ` + quote(c) + ` = $` + strconv.Itoa(i+3))
+	}
+	b.WriteString(` WHERE ` + tb.key + ` = $2 AND ` + tb.tok + ` <= $1::bigint RETURNING true`)
+	for _, c := range returning {
+		b.WriteString(`, ` + quote(c))
+	}
+	b.WriteString(`)
+SELECT CASE WHEN NOT EXISTS (SELECT FROM fenceguard_u) THEN (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2) END,
+ CASE WHEN NOT EXISTS (SELECT FROM fenceguard_u) THEN $2::text END, `)
+	if len(returning) == 0 {
+		// Cheaper than the join, which only returned columns need.
+		b.WriteString(`EXISTS (SELECT FROM fenceguard_u)`)
+	} else {
+		b.WriteString(`fenceguard_u.* FROM (SELECT) fenceguard_one LEFT JOIN fenceguard_u ON true`)
+	}
+	return b.String()
+}
+
+// insertSQL is the insert path of Upsert: $1 token, $2 key, $3 tombstone
+// prefix, $4… the values of set. It claims the key's tombstone (t: locked,
+// and advanced only if the token is not lower), and only then inserts the
+// row, or, if one appeared meanwhile, updates it under the usual check.
+// fenceguard_cur is never read: it comes first so that $2 takes the key
+// column's type (a parameter's type is inferred where it is first
+// referenced), not text from "$2::text".
+func (tb *Table) insertSQL(set []string) string {
+	var cols, vals, upd strings.Builder
+	for i, c := range set {
+		q := quote(c)
+		cols.WriteString(`, ` + q)
+		vals.WriteString(`, $` + strconv.Itoa(i+4))
+		upd.WriteString(`, ` + q + ` = excluded.` + q)
+	}
+	return `WITH fenceguard_cur AS (SELECT FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2),
+fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, updated_at) VALUES ($3 || $2::text, $1::bigint, now())
+ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+ WHERE m.token <= excluded.token RETURNING true),
+fenceguard_i AS (INSERT INTO ` + tb.tbl + ` AS r (` + tb.key + `, ` + tb.tok + cols.String() + `) SELECT $2, $1::bigint` + vals.String() + ` FROM fenceguard_t
+ ON CONFLICT (` + tb.key + `) DO UPDATE SET ` + tb.tok + ` = excluded.` + tb.tok + upd.String() + `
+ WHERE r.` + tb.tok + ` <= excluded.` + tb.tok + ` RETURNING true)
+SELECT EXISTS (SELECT FROM fenceguard_i)`
+}
+
+// outcome scans the result row of a claim-and-maybe-write statement:
+// whether the write happened, and, only if it did, the returned columns
+// into dest; if not, the row's mark as of the statement's snapshot (nil:
+// no such row) and the key as text.
+type outcome struct {
+	cur     *int64
+	key     *string // NULL when the write happened
+	claimed *bool
+	dest    []any
+}
+
+func (o *outcome) ScanRow(rows pgx.Rows) error {
+	args := make([]any, len(rows.FieldDescriptions()))
+	if len(args) != 3+len(o.dest) {
+		return fmt.Errorf("postgres: statement returned %d columns, want %d", len(args), 3+len(o.dest))
+	}
+	args[0], args[1], args[2] = &o.cur, &o.key, &o.claimed
+	if err := rows.Scan(args...); err != nil {
+		return err
+	}
+	if o.claimed == nil || !*o.claimed || len(o.dest) == 0 {
+		return nil
+	}
+	clear(args[:3])
+	copy(args[3:], o.dest)
+	return rows.Scan(args...)
+}
+
+// fenced runs a claim-and-maybe-write statement whose first two arguments
+// are the token and the key. found is false when there is no such row.
+//
+// Under READ COMMITTED the write and the snapshot read can disagree: the
+// write was refused by a row version committed after the snapshot (a
+// newer mark, or a delete), which cur does not see yet. A StaleError must
+// never report a mark at or below the presented token, so then a second
+// statement, with a fresh snapshot, reads the row again: a higher mark is
+// stale, no row is no row, and otherwise (the row was deleted and
+// re-created lower in between) the statement runs again.
+func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, t token.Token, dest []any) (found bool, err error) {
+	for range maxAttempts {
+		o := outcome{dest: dest}
+		if err := db.QueryRow(ctx, sql, args...).Scan(&o); err != nil {
+			return true, wrapErr(op, tb.name, err)
+		}
+		switch {
+		case o.claimed != nil && *o.claimed:
+			return true, nil
+		case o.cur == nil:
+			return false, nil
+		}
+		resource := tb.name + "/"
+		if o.key != nil {
+			resource += *o.key
+		}
+		if token.Token(*o.cur) > t {
+			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*o.cur)}
+		}
+		var cur int64
+		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return true, wrapErr(op, tb.name, err)
+		}
+		if token.Token(cur) > t {
+			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
+		}
+	}
+	return true, tb.unstable(op, args[1])
+}
+
+func (tb *Table) noRow(op string, key any) error {
+	return fmt.Errorf("postgres: %s %s key %v: %w", op, tb.name, key, ErrNoRow)
+}
+
+func (tb *Table) unstable(op string, key any) error {
+	return fmt.Errorf("postgres: %s %s key %v: the row kept changing under %d attempts", op, tb.name, key, maxAttempts)
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// TokensOptions configure [NewTokens]. The zero value selects the defaults.
+type TokensOptions struct {
+	// Name of the high-water table: {table} (found through the
+	// search_path) or {schema, table}. Default {"fence_tokens"}.
+	Name pgx.Identifier
+
+	// ClaimWithFirstStatement makes [Tokens.Tx] send the claim together
+	// with fn's first statement instead of before fn runs: one round trip
+	// less per transaction, but fn then starts before the claim is known
+	// and must not act outside the database until its first statement has
+	// returned (see "Round trips" at [Tokens.Tx]). Default false: claim,
+	// then run fn.
+	ClaimWithFirstStatement bool
+}
+
+// Tokens is the high-water table, fence_tokens(resource text primary key,
+// token bigint, updated_at timestamptz): one row per resource key, holding
+// the highest token accepted for it. Table mode ([Tokens.Tx]), the
+// [Fence] and the tombstones of column mode ([Table.Delete]) keep their
+// marks there. [Tokens.Migrate] creates it.
+//
+// A Tokens is immutable and safe for concurrent use.
+type Tokens struct {
+	name   string // as configured, for messages
+	table  string // sanitized
+	schema string // as configured; "" for the search_path
+	lazy   bool   // ClaimWithFirstStatement
+
+	claimSQL       string // $1 resource, $2 token → (claimed, snapshot high-water)
+	claimOrFailSQL string // the same, but an error when refused
+	highWaterSQL   string // $1 resource → token
+	markSQL        string // $1 resource → token or NULL, always one row
+}
+
+// staleMarker is in the message of the error claimOrFailSQL raises.
+const staleMarker = "fenceguard: stale fencing token"
+
+// isStaleRaise reports whether err is claimOrFailSQL refusing the token.
+func isStaleRaise(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, staleMarker)
+}
+
+var defaultTokens = mustTokens(TokensOptions{})
+
+func mustTokens(o TokensOptions) *Tokens {
+	k, err := NewTokens(o)
+	if err != nil {
+		panic(err) // only for the constant defaults
+	}
+	return k
+}
+
+// NewTokens returns the high-water table named by o. It fails with an
+// error wrapping [ErrBadOptions] for an unusable name; it does not touch
+// the database.
+func NewTokens(o TokensOptions) (*Tokens, error) {
+	if o.Name == nil {
+		o.Name = pgx.Identifier{"fence_tokens"}
+	}
+	if err := checkName("tokens table name", o.Name); err != nil {
+		return nil, err
+	}
+	tbl := o.Name.Sanitize()
+	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, lazy: o.ClaimWithFirstStatement}
+	if len(o.Name) == 2 {
+		k.schema = o.Name[0]
+	}
+	// The upsert locks the resource's row, inserting it if need be, and
+	// advances it only if the token is not lower. ON CONFLICT works on the
+	// newest row version, not the statement's snapshot, so the check is
+	// exact; the snapshot read that reports the current mark on refusal can
+	// lag (see claim).
+	k.claimSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) VALUES ($1, $2::bigint, now())
+ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+ WHERE m.token <= excluded.token RETURNING true)
+SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenceguard_c) THEN (SELECT token FROM ` + tbl + ` WHERE resource = $1) END`
+	// PL/pgSQL could RAISE; plain SQL needs no function in the schema. The
+	// failing cast is inside a sub-select so that the planner cannot fold
+	// it to an error while planning: it runs only when the claim is
+	// refused.
+	k.claimOrFailSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) VALUES ($1, $2::bigint, now())
+ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+ WHERE m.token <= excluded.token RETURNING true)
+SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed`
+	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1`
+	k.markSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1)`
+	return k, nil
+}
+
+// String returns the table's name as configured, e.g. "fence_tokens".
+func (k *Tokens) String() string { return k.name }
+
+// HighWater returns the highest token accepted for resource, or 0 if none
+// was.
+func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.Token, error) {
+	if resource == "" {
+		return 0, fmt.Errorf("postgres: %w", token.ErrNoResource)
+	}
+	if db == nil {
+		return 0, fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	cur, ok, err := k.highWater(ctx, db, resource)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return cur, nil
+}
+
+func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (token.Token, bool, error) {
+	var cur int64
+	err := q.QueryRow(ctx, k.highWaterSQL, resource).Scan(&cur)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, wrapErr("read high-water of", k.name, err)
+	}
+	return token.Token(cur), true, nil
+}
+
+// maxAttempts bounds the retries of a fenced statement whose refusal could
+// not be explained (see claim). Each retry needs another writer to lower a
+// mark or delete and re-create a row in between; more than one is already
+// improbable.
+const maxAttempts = 4
+
+// claim advances resource's mark to t on q, or tells why not. One round
+// trip unless refused.
+func (k *Tokens) claim(ctx context.Context, q querier, resource string, t token.Token, v int64) error {
+	for range maxAttempts {
+		var claimed bool
+		var snap *int64
+		if err := q.QueryRow(ctx, k.claimSQL, resource, v).Scan(&claimed, &snap); err != nil {
+			return wrapErr("claim "+resource+" in", k.name, err)
+		}
+		if done, err := k.refused(ctx, q, resource, t, claimed, snap); done {
+			return err
+		}
+	}
+	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
+}
+
+// refused interprets a claim's result. done is false when the claim must be
+// retried.
+//
+// Under READ COMMITTED the refusal and the snapshot read can disagree: the
+// upsert was refused by a row version committed after the statement's
+// snapshot, which the read does not see. A StaleError must never report a
+// current mark at or below the presented token, so a second statement, with
+// a fresh snapshot, reads the mark again. If even that is not above t, the
+// row was deleted or lowered in between, and the claim is retried.
+func (k *Tokens) refused(ctx context.Context, q querier, resource string, t token.Token, claimed bool, snap *int64) (done bool, err error) {
+	if claimed {
+		return true, nil
+	}
+	if snap != nil && token.Token(*snap) > t {
+		return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*snap)}
+	}
+	cur, _, err := k.highWater(ctx, q, resource)
+	if err != nil {
+		return true, err
+	}
+	if cur > t {
+		return true, &token.StaleError{Resource: resource, Presented: t, Current: cur}
+	}
+	return false, nil
+}

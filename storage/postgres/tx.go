@@ -1,0 +1,518 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// cleanupTimeout bounds what runs on a fresh context: a rollback (the
+// caller's context may be the reason for it and already cancelled), and
+// the claim sent by the pgx.Tx methods that take no context.
+const cleanupTimeout = 10 * time.Second
+
+// Tx runs fn in a fenced transaction on the default high-water table
+// (fence_tokens on the search_path). See [Tokens.Tx].
+func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.Tx) error) error {
+	return defaultTokens.Tx(ctx, db, resource, t, fn)
+}
+
+// Tx claims resource for t, runs fn in the same transaction and commits.
+// The claim is an upsert of resource's row in the high-water table that
+// advances it only if t is not lower, and it runs before any statement of
+// fn. The row stays locked until the transaction ends, so fenced
+// transactions on one resource run one at a time, and everything fn does —
+// reads, writes, any SQL — happens under the claim: a holder with a lower
+// token is refused, one with a higher token waits for this commit.
+//
+//   - Stale (a higher token was accepted): none of fn's statements runs, the
+//     transaction is rolled back, and Tx returns a [*token.StaleError] with
+//     the current mark, whatever fn returned.
+//   - fn returns an error: rollback, and that error is returned as is.
+//   - fn panics: rollback, and the panic carries on.
+//   - ctx is cancelled: the statement in flight fails, and the transaction
+//     is rolled back rather than committed.
+//
+// An empty resource and a zero t are taken from ctx ([token.FromContext]);
+// the context's token is used only for the context's own resource key.
+//
+// # Round trips
+//
+// On a [*pgxpool.Pool] or a connection, BEGIN and the claim go to the
+// server together, in one round trip, before fn runs; fn's statements and
+// the COMMIT follow. A fenced transaction therefore costs one round trip
+// more than an unfenced one.
+//
+// With [TokensOptions.ClaimWithFirstStatement], nothing is sent before fn's
+// first statement: BEGIN, the claim and that statement then travel
+// together, and the claim is written to fail on a stale token so that the
+// server skips the statement behind it — no round trip of its own. The
+// price is that fn starts before the claim is known: fn must not act
+// outside the database before its first statement has returned, and a
+// stale holder learns it from that statement, which returns the
+// [*token.StaleError] (so do all later ones). Exec, Query and QueryRow are
+// sent along; the other methods of the [pgx.Tx], and fn returning without
+// a statement, send the claim on its own first.
+//
+// The transaction has the session's default isolation level (normally
+// READ COMMITTED).
+//
+// On a [pgx.Tx], Tx claims first and then calls fn, on a savepoint: fn's
+// work is undone on failure, and nothing is committed until the caller
+// commits the outer transaction, which also holds the claim's lock until
+// then.
+//
+// The [pgx.Tx] given to fn is not safe for concurrent use, as no pgx.Tx
+// is.
+//
+// [*pgxpool.Pool]: https://pkg.go.dev/github.com/jackc/pgx/v5/pgxpool#Pool
+func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.Tx) error) error {
+	resource, t, v, err := resourceToken(ctx, resource, t)
+	if err != nil {
+		return err
+	}
+	switch {
+	case db == nil:
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	case fn == nil:
+		return fmt.Errorf("%w: nil fn", ErrBadInput)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+	}
+	if outer, ok := db.(pgx.Tx); ok {
+		return k.nestedTx(ctx, outer, resource, t, v, fn)
+	}
+	conn, _ := db.(*pgx.Conn)
+	if c, ok := db.(interface{ Conn() *pgx.Conn }); ok { // *pgxpool.Conn
+		conn = c.Conn()
+	}
+	if conn != nil && conn.PgConn().TxStatus() != 'I' {
+		// BEGIN would only warn, and COMMIT would end the caller's
+		// transaction.
+		return fmt.Errorf("%w: the connection is inside a transaction; pass its pgx.Tx", ErrBadInput)
+	}
+
+	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v}
+	ended := false
+	defer func() {
+		if !ended && lt.tx != nil {
+			rollback(ctx, lt.tx)
+		}
+	}()
+	if !k.lazy {
+		// Claim, then act: fn runs only once the claim holds.
+		if err := lt.ensure(ctx); err != nil {
+			return err
+		}
+	}
+	fnErr := fn(lt)
+	if lt.claimErr != nil {
+		return lt.claimErr
+	}
+	if fnErr != nil {
+		return fnErr
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+	}
+	if lt.tx == nil {
+		// fn sent nothing: the claim is all there is to do.
+		ended = true
+		return k.claim(ctx, db, resource, t, v)
+	}
+	ended = true // Commit ends the transaction either way
+	if err := lt.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
+	}
+	return nil
+}
+
+// nestedTx is Tx inside the caller's transaction, on a savepoint.
+func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
+	sp, err := outer.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: savepoint for %s: %w", resource, err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			rollback(ctx, sp)
+		}
+	}()
+	if err := k.claim(ctx, sp, resource, t, v); err != nil {
+		return err
+	}
+	if err := fn(sp); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+	}
+	released = true
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: release savepoint for %s: %w", resource, err)
+	}
+	return nil
+}
+
+// rollback ends tx on a fresh, bounded context. A failed rollback closes
+// the connection (pgx does so), which ends the transaction on the server
+// just the same.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// closedTx returns a pgx.Tx whose every method fails with
+// [pgx.ErrTxClosed].
+func closedTx() pgx.Tx {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	return pgx.FailedBatchResults(&b, pgx.ErrTxClosed).Tx()
+}
+
+// errRows returns rows that fail with err.
+func errRows(err error) pgx.Rows {
+	rows, _ := pgx.FailedBatchResults(&pgx.Batch{}, err).Query()
+	return rows
+}
+
+// lazyTx is the pgx.Tx that Tx gives fn on a pool or a connection. It
+// begins the transaction and claims the resource in one round trip, before
+// fn runs or, with ClaimWithFirstStatement, together with fn's first
+// statement:
+//
+//	BEGIN; SAVEPOINT fenceguard_claim; <claim>; RELEASE SAVEPOINT fenceguard_claim; <fn's statement>
+//
+// The claim raises an error when the token is stale, so the server skips
+// what follows. The savepoint keeps the transaction usable after that
+// error: Tx rolls back to it to read the current mark afresh (and claims
+// again in the rare case that the mark is not above the token after all),
+// and the connection stays in the transaction until Tx ends it, never
+// returning to a pool while fn may still hold it.
+type lazyTx struct {
+	k        *Tokens
+	db       DB
+	resource string
+	t        token.Token
+	v        int64
+
+	tx       pgx.Tx // the transaction; nil until it is begun
+	claimed  bool   // the claim succeeded: tx is fn's
+	claimErr error  // the claim failed: every method returns it
+}
+
+var _ pgx.Tx = (*lazyTx)(nil)
+
+// start sends the claim, with BEGIN if the transaction is not begun yet,
+// and with sql if sql is not "". On success it returns the batch results
+// positioned at sql's result (nil if no sql); the caller must close them.
+// userErr is sql's own error when pgx could not even prepare it; the
+// claim is then still pending.
+func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.BatchResults, userErr, claimErr error) {
+	for range maxAttempts {
+		var b pgx.Batch
+		begin := lt.tx == nil
+		if begin {
+			b.BeginTx(pgx.TxOptions{})
+		}
+		b.Queue(`SAVEPOINT fenceguard_claim`)
+		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v)
+		b.Queue(`RELEASE SAVEPOINT fenceguard_claim`)
+		ours := b.Len()
+		if sql != "" {
+			b.Queue(sql, args...)
+		}
+		if begin {
+			br = lt.db.SendBatch(ctx, &b)
+			if lt.tx = br.Tx(); lt.tx == nil { // a DB of the caller's own making
+				_ = br.Close()
+				lt.claimErr = fmt.Errorf("%w: %T.SendBatch ignores Batch.BeginTx", ErrBadInput, lt.db)
+				return nil, nil, lt.claimErr
+			}
+		} else {
+			br = lt.tx.SendBatch(ctx, &b)
+		}
+		var err error
+		for i := 0; i < ours && err == nil; i++ {
+			_, err = br.Exec()
+		}
+		if err == nil {
+			lt.claimed = true
+			if sql == "" {
+				if err := br.Close(); err != nil {
+					lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+					return nil, nil, lt.claimErr
+				}
+				return nil, nil, nil
+			}
+			return br, nil, nil
+		}
+		_ = br.Close()
+
+		var pre pgx.ErrPreprocessingBatch
+		if sql != "" && errors.As(err, &pre) && pre.SQL() == sql {
+			// fn's statement is not valid SQL, or its arguments do not
+			// encode: nothing ran. Like pgx, report it as the statement's
+			// error; the claim goes with the next statement.
+			if begin {
+				rollback(ctx, lt.tx) // releases a pool's connection
+				lt.tx = nil
+			}
+			return nil, err, nil
+		}
+		if !isStaleRaise(err) {
+			lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+			return nil, nil, lt.claimErr
+		}
+		cur, err := lt.reread(ctx)
+		if err != nil {
+			lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+			return nil, nil, lt.claimErr
+		}
+		if cur > lt.t {
+			lt.claimErr = &token.StaleError{Resource: lt.resource, Presented: lt.t, Current: cur}
+			return nil, nil, lt.claimErr
+		}
+	}
+	lt.claimErr = fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", lt.resource, lt.k.name, maxAttempts)
+	return nil, nil, lt.claimErr
+}
+
+// reread undoes the refused claim and reads the mark with a fresh
+// snapshot: the claim's own snapshot may predate the commit that refused
+// it. Two round trips, but only for a refusal: in the failed transaction
+// nothing but the rollback can even be prepared, and pgx has dropped the
+// batch's prepared statements after its error.
+func (lt *lazyTx) reread(ctx context.Context) (token.Token, error) {
+	// Without arguments pgx uses the simple protocol, which takes two
+	// statements in one query.
+	if _, err := lt.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceguard_claim; RELEASE SAVEPOINT fenceguard_claim`); err != nil {
+		return 0, err
+	}
+	var cur *int64
+	if err := lt.tx.QueryRow(ctx, lt.k.markSQL, lt.resource).Scan(&cur); err != nil {
+		return 0, err
+	}
+	return token.Token(deref(cur)), nil
+}
+
+// ensure claims before a method that cannot carry the claim along.
+func (lt *lazyTx) ensure(ctx context.Context) error {
+	switch {
+	case lt.claimErr != nil:
+		return lt.claimErr
+	case lt.claimed:
+		return nil
+	}
+	_, _, err := lt.start(ctx, "", nil)
+	return err
+}
+
+// ensureNoContext is ensure for the methods without a context.
+func (lt *lazyTx) ensureNoContext() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return lt.ensure(ctx)
+}
+
+// pipelined reports whether a statement can go along with the claim: pgx
+// batches take no per-query execution mode or result formats.
+func (lt *lazyTx) pipelined(args []any) bool {
+	if lt.claimed || lt.claimErr != nil {
+		return false
+	}
+	if len(args) > 0 {
+		switch args[0].(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			return false
+		}
+	}
+	return true
+}
+
+func (lt *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if lt.pipelined(args) {
+		br, userErr, err := lt.start(ctx, sql, args)
+		switch {
+		case err != nil:
+			return pgconn.CommandTag{}, err
+		case userErr != nil:
+			return pgconn.CommandTag{}, userErr
+		}
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return tag, err
+	}
+	if err := lt.ensure(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return lt.tx.Exec(ctx, sql, args...)
+}
+
+func (lt *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if lt.pipelined(args) {
+		br, userErr, err := lt.start(ctx, sql, args)
+		if err == nil {
+			err = userErr
+		}
+		if err != nil {
+			return errRows(err), err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return rows, err
+		}
+		return &batchRows{Rows: rows, br: br}, nil
+	}
+	if err := lt.ensure(ctx); err != nil {
+		return errRows(err), err
+	}
+	return lt.tx.Query(ctx, sql, args...)
+}
+
+func (lt *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, _ := lt.Query(ctx, sql, args...)
+	return &row{rows}
+}
+
+func (lt *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := lt.ensure(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return lt.tx.SendBatch(ctx, b)
+}
+
+func (lt *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := lt.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return lt.tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (lt *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := lt.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return lt.tx.Prepare(ctx, name, sql)
+}
+
+// Begin starts a pseudo nested transaction on a savepoint, after the
+// claim.
+func (lt *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := lt.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return lt.tx.Begin(ctx)
+}
+
+// LargeObjects claims first. If the claim fails, the large objects fail
+// with [pgx.ErrTxClosed].
+func (lt *lazyTx) LargeObjects() pgx.LargeObjects {
+	if err := lt.ensureNoContext(); err != nil {
+		return closedTx().LargeObjects()
+	}
+	return lt.tx.LargeObjects()
+}
+
+// Conn claims first, and returns the transaction's connection. If the
+// claim was refused, the transaction is put in the failed state before the
+// connection is handed out, so that no statement on it runs until Tx rolls
+// back; if no connection could be had at all, Conn returns nil.
+func (lt *lazyTx) Conn() *pgx.Conn {
+	if err := lt.ensureNoContext(); err != nil && lt.tx != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_, _ = lt.tx.Exec(ctx, `SELECT 'fenceguard: the fencing token was refused'::boolean`)
+	}
+	if lt.tx == nil {
+		return nil
+	}
+	return lt.tx.Conn()
+}
+
+// Commit claims if nothing has yet, and commits. Tx itself commits when fn
+// returns; committing in fn makes that commit fail with [pgx.ErrTxClosed],
+// as with [pgx.BeginFunc].
+func (lt *lazyTx) Commit(ctx context.Context) error {
+	if err := lt.ensure(ctx); err != nil {
+		return err
+	}
+	return lt.tx.Commit(ctx)
+}
+
+// Rollback rolls back; later methods fail with [pgx.ErrTxClosed].
+func (lt *lazyTx) Rollback(ctx context.Context) error {
+	if lt.tx == nil {
+		lt.tx, lt.claimed = closedTx(), true
+		return nil
+	}
+	return lt.tx.Rollback(ctx)
+}
+
+// batchRows are the rows of a statement sent with the claim; closing them
+// closes the batch, which frees the connection.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error // from closing the batch
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	if err := r.br.Close(); err != nil && r.Rows.Err() == nil {
+		r.err = err
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// row is QueryRow's result over any pgx.Rows, with pgx's semantics.
+type row struct{ rows pgx.Rows }
+
+func (r *row) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if err := r.rows.Err(); err != nil {
+		return err
+	}
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
