@@ -1,6 +1,7 @@
 package token_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strconv"
@@ -171,5 +172,32 @@ func TestStaleError(t *testing.T) {
 	want := `stale fencing token for "sku:1": presented 5, resource has seen 6`
 	if err.Error() != want {
 		t.Errorf("message %q, want %q", err.Error(), want)
+	}
+}
+
+func BenchmarkNewContext(b *testing.B) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		c := token.NewContext(ctx, "sku:1", 42)
+		if _, tok, _ := token.FromContext(c); tok != 42 {
+			b.Fatal(tok)
+		}
+	}
+}
+
+func TestContextKeepsParent(t *testing.T) {
+	type k struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), k{}, "v"))
+	ctx := token.NewContext(parent, "sku:1", 1)
+	if ctx.Value(k{}) != "v" {
+		t.Error("parent's value lost")
+	}
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	cancel()
+	<-child.Done() // cancellation still propagates through the token node
+	if ctx.Err() == nil {
+		t.Error("token context not cancelled with its parent")
 	}
 }

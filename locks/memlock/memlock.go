@@ -118,6 +118,16 @@ func (l *Locker) Len() int {
 	return len(l.keys)
 }
 
+// Issued returns an upper bound of every token the Locker has issued for
+// key: the last token it issued for any key, since one counter feeds them
+// all. It never fails and ignores ctx. Its type is that of httpmw's
+// Options.Issued, the forged-token check.
+func (l *Locker) Issued(_ context.Context, _ string) (token.Token, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last, nil
+}
+
 // Break frees key at once, whoever holds it, as an operator deleting a lock
 // by hand would. The holder's next Renew or Release fails with
 // [locks.ErrNotHeld]. It reports whether the key was held.

@@ -62,3 +62,29 @@ func TestIdleKeysLeaveNothingBehind(t *testing.T) {
 		t.Fatalf("%d keys kept after every lock was released", n)
 	}
 }
+
+// Issued bounds every token granted so far, for every key, and nothing
+// more: a token above it was never issued.
+func TestIssuedBoundsGrantedTokens(t *testing.T) {
+	ctx := context.Background()
+	l := memlock.New()
+	if got, err := l.Issued(ctx, "a"); err != nil || got != 0 {
+		t.Fatalf("Issued before any grant = %d, %v; want 0, nil", got, err)
+	}
+	var last token.Token
+	for _, key := range []string{"a", "b", "a"} {
+		lease, err := l.Acquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = lease.Token()
+		for _, k := range []string{"a", "b"} {
+			if got, err := l.Issued(ctx, k); err != nil || got != last {
+				t.Fatalf("Issued(%q) after granting %d on %q = %d, %v; want %d", k, last, key, got, err, last)
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

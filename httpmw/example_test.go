@@ -1,0 +1,253 @@
+package httpmw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceguard/fenceguard/httpmw"
+	"github.com/fenceguard/fenceguard/locks/memlock"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// send is the examples' client: one request through h, its status and,
+// for refusals, the problem type's last word.
+func send(h http.Handler, method, target, tok string) string {
+	r := httptest.NewRequest(method, target, nil)
+	if tok != "" {
+		r.Header.Set(token.Header, tok)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code < 400 {
+		return fmt.Sprint(w.Code)
+	}
+	var typ string
+	if _, after, ok := strings.Cut(w.Body.String(), `"type":"`); ok {
+		typ, _, _ = strings.Cut(after, `"`)
+		_, typ, _ = strings.Cut(typ, "#")
+	}
+	return fmt.Sprint(w.Code, " ", typ)
+}
+
+// The middleware on the standard library's mux: the key comes from the
+// route's {sku} wildcard, the high-water marks live in a MemoryFence.
+func ExampleNew() {
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence:    &fence,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, t, _ := token.FromContext(r.Context()) // what the middleware accepted
+		fmt.Printf("  handler: %s under token %d\n", key, t)
+		w.WriteHeader(http.StatusNoContent)
+	})))
+
+	fmt.Println("holder 7:", send(mux, "PUT", "/sku/42", "7"))
+	fmt.Println("holder 8:", send(mux, "PUT", "/sku/42", "8"))
+	fmt.Println("holder 7, woken from a pause:", send(mux, "PUT", "/sku/42", "7"))
+	fmt.Println("no token:", send(mux, "PUT", "/sku/42", ""))
+	fmt.Println("malformed:", send(mux, "PUT", "/sku/42", "008"))
+	// Output:
+	//   handler: sku:42 under token 7
+	// holder 7: 204
+	//   handler: sku:42 under token 8
+	// holder 8: 204
+	// holder 7, woken from a pause: 409 stale-token
+	// no token: 428 missing-token
+	// malformed: 400 invalid-token
+}
+
+// On chi, mount the middleware on the route (With), where chi has matched
+// {sku}; ChiParam unescapes the value, so every spelling of a path is one
+// resource.
+func ExampleChiParam() {
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.With(mw.Handler).Put("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	// A read without a token passes; with one it claims like a write.
+	r.With(mw.Handler).Get("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
+		_, t, fenced := token.FromContext(r.Context())
+		fmt.Printf("  read, fenced: %v (token %d)\n", fenced, t)
+	})
+
+	fmt.Println("PUT /sku/42 with 7:", send(r, "PUT", "/sku/42", "7"))
+	fmt.Println("PUT /sku/%34%32 with 6:", send(r, "PUT", "/sku/%34%32", "6"))
+	fmt.Println("GET without a token:", send(r, "GET", "/sku/42", ""))
+	fmt.Println("GET with 9:", send(r, "GET", "/sku/42", "9"))
+	fmt.Println("high-water of sku:42:", fence.HighWater("sku:42"))
+	// Output:
+	// PUT /sku/42 with 7: 204
+	// PUT /sku/%34%32 with 6: 409 stale-token
+	//   read, fenced: false (token 0)
+	// GET without a token: 200
+	//   read, fenced: true (token 9)
+	// GET with 9: 200
+	// high-water of sku:42: 9
+}
+
+// The client side: the Transport sends the token of the lease in the
+// request's context (guard.Do's function context carries it), and a stale
+// refusal comes back from http.Client.Do as a *token.StaleError.
+func ExampleTransport() {
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}
+	put := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL+"/sku/42", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		fmt.Println("status:", resp.StatusCode)
+		return nil
+	}
+
+	// Here the contexts are made by hand; in a holder they come from
+	// guard.Do or a lease's Context.
+	ctx := context.Background()
+	_ = put(token.NewContext(ctx, "sku:42", 8)) // the current holder
+	err = put(token.NewContext(ctx, "sku:42", 7))
+	var stale *token.StaleError
+	if errors.As(err, &stale) {
+		fmt.Printf("lock lost on %s: presented %d, resource has seen %d\n", stale.Resource, stale.Presented, stale.Current)
+	}
+	// Output:
+	// status: 204
+	// lock lost on sku:42: presented 7, resource has seen 8
+}
+
+// The forged-token check with memlock as the lock service: a token above
+// anything the locker issued is refused before it can raise the mark.
+func ExampleOptions_issued() {
+	locker := memlock.New()
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence:    &fence,
+		Issued:   locker.Issued, // resource key = lock key here
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})))
+
+	lease, err := locker.Acquire(context.Background(), "sku:42", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	fmt.Println("the holder:", send(mux, "PUT", "/sku/42", lease.Token().String()))
+	fmt.Println("a forger:", send(mux, "PUT", "/sku/42", "18446744073709551615"))
+	fmt.Println("high-water is the holder's:", fence.HighWater("sku:42") == lease.Token())
+	// Output:
+	// the holder: 204
+	// a forger: 403 forged-token
+	// high-water is the holder's: true
+}
+
+// A custom ErrorWriter logs the cause, which the body never shows, and
+// writes the standard problem.
+func ExampleWriteProblem() {
+	logger := log.New(os.Stdout, "", 0)
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence:    new(token.MemoryFence),
+		ErrorWriter: func(w http.ResponseWriter, r *http.Request, p *httpmw.Problem) {
+			logger.Printf("refused %s %s: %d: %v", r.Method, r.URL.Path, p.Status, p.Err)
+			httpmw.WriteProblem(w, p)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.NotFoundHandler()))
+	send(mux, "PUT", "/sku/42", "-1")
+	// Output:
+	// refused PUT /sku/42: 400: invalid fencing token "-1": not a decimal digit at offset 0
+}
+
+// With a store enforcer behind the middleware, the store can still refuse
+// a holder the middleware let in (a newer holder claimed the row in
+// between); WriteStale answers with the same 409 the middleware would.
+func ExampleWriteStale() {
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// updateRow stands for the store enforcer (storage/postgres), which
+	// here finds that token 9 claimed the row after this request passed.
+	updateRow := func(ctx context.Context) error {
+		_, t, _ := token.FromContext(ctx)
+		return fmt.Errorf("update items: %w", &token.StaleError{Resource: "items/42", Presented: t, Current: 9})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := updateRow(r.Context()); err != nil {
+			if httpmw.WriteStale(w, err) {
+				return
+			}
+			http.Error(w, "store error", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	fmt.Println("holder 8:", send(mux, "PUT", "/sku/42", "8"))
+	// Output:
+	// holder 8: 409 stale-token
+}
+
+// RequireAll makes reads carry a token too.
+func ExampleRequireAll() {
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence:    new(token.MemoryFence),
+		Require:  httpmw.RequireAll,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /sku/{sku}", mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	fmt.Println("GET without a token:", send(mux, "GET", "/sku/42", ""))
+	// Output:
+	// GET without a token: 428 missing-token
+}

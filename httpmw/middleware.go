@@ -1,0 +1,213 @@
+package httpmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// ErrBadOptions reports an [Options] that [New] refuses.
+var ErrBadOptions = errors.New("httpmw: bad options")
+
+// errDuplicate is the cause of the 400 for a request with two headers.
+var errDuplicate = fmt.Errorf("%w: more than one %s header", token.ErrInvalid, token.Header)
+
+// headerKey is token.Header in the canonical form net/http stores headers
+// under, so the hot path can index the map without canonicalising.
+var headerKey = http.CanonicalHeaderKey(token.Header)
+
+// Options configure a [Middleware]. Zero fields select defaults; [New]
+// validates them once.
+type Options struct {
+	// Resource derives the resource key from the request — from the route,
+	// never from anything else the client sends — and is required.
+	// [ChiParam] and [PathValue] cover the usual "name:value" keys.
+	//
+	// It must map each resource to exactly one key, the key the store and
+	// the handler use for it: two spellings of one resource would have two
+	// high-water marks, and a stale holder could use the other one. An
+	// error, or a key [ErrBadKey] describes, answers 404.
+	Resource func(r *http.Request) (string, error)
+
+	// Fence holds the high-water marks and is required: a
+	// [*token.MemoryFence] for a resource served by one process; a shared
+	// one (redislock.Fence, the storage/postgres fence) otherwise.
+	Fence token.Fence
+
+	// Require reports whether r must carry a token. A request that need
+	// not and does not passes straight through, unchecked and without a
+	// token in its context; one that carries a token is checked and claims
+	// like any other. Default [RequireUnsafe].
+	Require func(r *http.Request) bool
+
+	// SerializePerKey makes requests for one resource key run one at a
+	// time in this process: a per-key mutex is held from before the claim
+	// until the wrapped handler returns, so claim and effect are atomic
+	// against every other fenced request through this Middleware. A request
+	// that ends (client gone, server shutting down) while it waits is
+	// answered 503. Requests without a token are not serialized. The
+	// mutex is held while the handler writes its response, so a slow
+	// client holds up the key: keep such handlers short and the server's
+	// WriteTimeout set.
+	SerializePerKey bool
+
+	// Issued, when set, turns on the forged-token check: it returns an
+	// upper bound of every token the lock service has issued for the lock
+	// guarding resource (the key mapping is the caller's), and a token
+	// above it is refused with 403 before it reaches the Fence. An error
+	// answers 503. See "Forged tokens" in the package doc for what it
+	// protects against and what it costs.
+	Issued func(ctx context.Context, resource string) (token.Token, error)
+
+	// ErrorWriter writes every refusal. Default [WriteProblem]. It receives
+	// the [Problem] the middleware would write, with its cause in Err, and
+	// must write a response: the request does not reach the handler.
+	ErrorWriter func(w http.ResponseWriter, r *http.Request, p *Problem)
+}
+
+// RequireUnsafe requires a token on every method but GET, HEAD and
+// OPTIONS, which read and so may come without one. It is the default
+// [Options.Require].
+func RequireUnsafe(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// RequireAll requires a token on every request.
+func RequireAll(*http.Request) bool { return true }
+
+// Middleware enforces fencing tokens on the routes it wraps. Make one with
+// [New]; the zero Middleware is not usable. It is safe for concurrent use;
+// build one per family of routes that touch the same resources, so
+// [Options.SerializePerKey] covers all of them.
+type Middleware struct {
+	o     Options
+	locks *keyLocks // nil unless SerializePerKey
+}
+
+// New returns a Middleware for o. It fails with an error wrapping
+// [ErrBadOptions] when a required option is missing.
+func New(o Options) (*Middleware, error) {
+	switch {
+	case o.Resource == nil:
+		return nil, fmt.Errorf("%w: Resource is required", ErrBadOptions)
+	case o.Fence == nil:
+		return nil, fmt.Errorf("%w: Fence is required", ErrBadOptions)
+	}
+	if o.Require == nil {
+		o.Require = RequireUnsafe
+	}
+	if o.ErrorWriter == nil {
+		o.ErrorWriter = func(w http.ResponseWriter, _ *http.Request, p *Problem) { WriteProblem(w, p) }
+	}
+	m := &Middleware{o: o}
+	if o.SerializePerKey {
+		m.locks = new(keyLocks)
+	}
+	return m, nil
+}
+
+// Handler wraps next: a request reaches next only with a valid token that
+// the Fence accepted for the request's resource, which next then finds in
+// its context ([token.FromContext] gives the resource key and the token) —
+// or, where [Options.Require] allows, with no token at all. Its type is
+// that of net/http and chi middleware. It panics if next is nil, as
+// [http.Handle] does.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		panic("httpmw: Handler(nil)")
+	}
+	return &fenced{m: m, next: next}
+}
+
+type fenced struct {
+	m    *Middleware
+	next http.Handler
+}
+
+func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	// All values, not Header.Get: two headers are ambiguous, and the
+	// resource must not pick one that a proxy or log did not.
+	vals := r.Header[headerKey]
+	switch len(vals) {
+	case 0:
+		if m.o.Require(r) {
+			m.o.ErrorWriter(w, r, problemMissing())
+			return
+		}
+		h.next.ServeHTTP(w, r)
+		return
+	case 1:
+	default:
+		m.o.ErrorWriter(w, r, problemDuplicate())
+		return
+	}
+	t, err := token.Parse(vals[0])
+	if err != nil {
+		m.o.ErrorWriter(w, r, problemInvalid(err))
+		return
+	}
+	key, err := m.o.Resource(r)
+	if err == nil {
+		err = checkKey(key)
+	}
+	if err != nil {
+		m.o.ErrorWriter(w, r, problemNoResource(err))
+		return
+	}
+	ctx := r.Context()
+	if m.o.Issued != nil {
+		if p := m.checkIssued(ctx, key, t); p != nil {
+			m.o.ErrorWriter(w, r, p)
+			return
+		}
+	}
+	if m.locks != nil {
+		l, err := m.locks.lock(ctx, key)
+		if err != nil {
+			m.o.ErrorWriter(w, r, problemUnavailable("the request ended while waiting for the resource", err))
+			return
+		}
+		defer l.unlock()
+	}
+	if err := m.o.Fence.Claim(ctx, key, t); err != nil {
+		m.o.ErrorWriter(w, r, claimProblem(err))
+		return
+	}
+	h.next.ServeHTTP(w, r.WithContext(token.NewContext(ctx, key, t)))
+}
+
+// claimProblem answers a refused claim. A stale token is a verdict; so is a
+// token the Fence's store cannot hold (PostgreSQL's bigint stops at
+// 2^63−1). Anything else means the check was not made, and not knowing is
+// refusing.
+func claimProblem(err error) *Problem {
+	var se *token.StaleError
+	switch {
+	case errors.As(err, &se):
+		return problemStale(se, err)
+	case errors.Is(err, token.ErrInvalid):
+		p := problemInvalid(err)
+		p.Detail = "the token is outside the range this resource's store accepts"
+		return p
+	}
+	return problemUnavailable("the fencing check could not be made", err)
+}
+
+func (m *Middleware) checkIssued(ctx context.Context, key string, t token.Token) *Problem {
+	issued, err := m.o.Issued(ctx, key)
+	if err != nil {
+		return problemUnavailable("the lock service could not be asked which tokens it issued", fmt.Errorf("httpmw: Issued(%q): %w", key, err))
+	}
+	if t > issued {
+		return problemForged(key, t, fmt.Errorf("httpmw: token %d for %q is above the %d issued: %w", t, key, issued, token.ErrInvalid))
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package httpmw
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// ContentType is the media type of every error body the middleware writes
+// (RFC 9457).
+const ContentType = "application/problem+json"
+
+// The problem types the middleware answers with, one per outcome. Clients
+// tell outcomes apart by Type, not by status or title. They are
+// identifiers; nothing needs to fetch them.
+const (
+	TypeMissing     = typeBase + "missing-token"     // 428: no token on a route that requires one
+	TypeInvalid     = typeBase + "invalid-token"     // 400: not the wire form, or more than one header
+	TypeNoResource  = typeBase + "no-resource"       // 404: the request names no fenced resource
+	TypeForged      = typeBase + "forged-token"      // 403: above every token issued for the resource
+	TypeStale       = typeBase + "stale-token"       // 409: below the resource's high-water
+	TypeUnavailable = typeBase + "fence-unavailable" // 503: the check could not be made
+)
+
+const typeBase = "https://github.com/fenceguard/fenceguard/tree/main/httpmw#"
+
+// Problem is an RFC 9457 problem details object: the body of every refusal
+// the middleware answers with, and what [Options.ErrorWriter] receives.
+//
+// Tokens are written as JSON strings in their wire form ("6", not 6): many
+// JSON parsers lose precision above 2^53.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+
+	// Resource is the resource key the token was checked against, set
+	// when the refusal is about that key (stale, forged). It is derived by
+	// the server from the route, never copied from a header.
+	Resource string `json:"resource,omitempty"`
+	// Presented is the token the request carried, when it parsed.
+	Presented token.Token `json:"presented,omitzero"`
+	// Current is the resource's high-water mark, when known (stale).
+	Current token.Token `json:"current,omitzero"`
+
+	// Err is the cause, for logging; it is never written to the client,
+	// because it may name internals (a Redis address, a SQL error) or
+	// carry the client's raw input.
+	Err error `json:"-"`
+}
+
+// WriteProblem writes p as an application/problem+json response with
+// status p.Status (500 if that is not a valid status code). It is the
+// default [Options.ErrorWriter]; custom writers may log and then call it.
+func WriteProblem(w http.ResponseWriter, p *Problem) {
+	status := p.Status
+	if status < 100 || status > 999 {
+		status = http.StatusInternalServerError
+	}
+	// encoding/json escapes control characters and <, >, & in strings, so
+	// no member can break out of the JSON or be sniffed as HTML.
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen for these field types; keep the status anyway
+		body = []byte(`{"status":` + strconv.Itoa(status) + `}`)
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// WriteStale writes the 409 stale-token problem if err is or wraps a
+// [*token.StaleError], and reports whether it did. Handlers call it with
+// the error of their store enforcer: a holder the middleware let through
+// can still be refused by the store (a newer holder claimed the row in
+// between), and that refusal must reach the client as the same problem, so
+// its [Transport] returns the same [*token.StaleError].
+func WriteStale(w http.ResponseWriter, err error) bool {
+	var se *token.StaleError
+	if !errors.As(err, &se) {
+		return false
+	}
+	WriteProblem(w, problemStale(se, err))
+	return true
+}
+
+func problemMissing() *Problem {
+	return &Problem{
+		Type:   TypeMissing,
+		Title:  "Fencing token required",
+		Status: http.StatusPreconditionRequired,
+		Detail: "this request must carry the " + token.Header + " header of the lock it holds",
+		Err:    token.ErrMissing,
+	}
+}
+
+func problemDuplicate() *Problem {
+	return &Problem{
+		Type:   TypeInvalid,
+		Title:  "Invalid fencing token",
+		Status: http.StatusBadRequest,
+		Detail: "more than one " + token.Header + " header",
+		Err:    errDuplicate,
+	}
+}
+
+func problemInvalid(err error) *Problem {
+	detail := "the " + token.Header + " header is not a fencing token"
+	var se *token.SyntaxError
+	if errors.As(err, &se) {
+		// The reason is ours; the input is not echoed.
+		detail += ": " + se.Reason.String()
+	}
+	return &Problem{
+		Type:   TypeInvalid,
+		Title:  "Invalid fencing token",
+		Status: http.StatusBadRequest,
+		Detail: detail,
+		Err:    err,
+	}
+}
+
+func problemNoResource(err error) *Problem {
+	return &Problem{
+		Type:   TypeNoResource,
+		Title:  "No fenced resource",
+		Status: http.StatusNotFound,
+		Detail: "the request does not name a resource this route fences",
+		Err:    err,
+	}
+}
+
+func problemForged(resource string, t token.Token, err error) *Problem {
+	return &Problem{
+		Type:      TypeForged,
+		Title:     "Fencing token not issued",
+		Status:    http.StatusForbidden,
+		Detail:    "the token is above every token the lock service has issued for this resource",
+		Resource:  resource,
+		Presented: t,
+		Err:       err,
+	}
+}
+
+func problemStale(se *token.StaleError, err error) *Problem {
+	return &Problem{
+		Type:      TypeStale,
+		Title:     "Stale fencing token",
+		Status:    http.StatusConflict,
+		Detail:    "a newer lock holder has claimed this resource: the lock was lost",
+		Resource:  se.Resource,
+		Presented: se.Presented,
+		Current:   se.Current,
+		Err:       err,
+	}
+}
+
+func problemUnavailable(detail string, err error) *Problem {
+	return &Problem{
+		Type:   TypeUnavailable,
+		Title:  "Fencing check unavailable",
+		Status: http.StatusServiceUnavailable,
+		Detail: detail + "; the request was refused and nothing was done",
+		Err:    err,
+	}
+}

@@ -1,0 +1,124 @@
+package httpmw
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// MaxKeyLen is the longest resource key the middleware accepts, in bytes.
+const MaxKeyLen = 512
+
+// ErrBadKey is what a resource key the middleware refuses unwraps to: empty,
+// longer than [MaxKeyLen], not UTF-8, or holding a control character. Such
+// a request gets a 404: it names no resource the route fences.
+var ErrBadKey = errors.New("httpmw: bad resource key")
+
+// checkKey keeps keys every Fence can store (PostgreSQL text takes neither
+// NUL nor invalid UTF-8), so no path a client sends can turn into a 5xx from
+// the store, and none can smuggle line breaks into logs.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrBadKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: longer than %d bytes", ErrBadKey, MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: not UTF-8", ErrBadKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: control character at offset %d", ErrBadKey, i)
+		}
+	}
+	return nil
+}
+
+// ChiParam returns an [Options.Resource] for routes served by chi: the key
+// is name + ":" + the value of the route's {name} parameter, so
+// ChiParam("sku") maps /sku/42 on the route /sku/{sku} to "sku:42".
+//
+// The value is unescaped first. chi matches on the escaped path when the URL
+// has one, so chi.URLParam gives "%34%32" for /sku/%34%32 but "42" for
+// /sku/42; both name the same resource and must meet the same high-water,
+// or a stale holder could slip past the fence by spelling the path
+// differently. Handlers must name the resource the same way: take the key
+// from [token.FromContext], or unescape chi.URLParam alike.
+//
+// Mount the middleware where chi has already matched the parameter: on the
+// route (Router.With) or inside Router.Route for the pattern that has it —
+// not with Router.Use on a router above it, which runs before routing. A
+// request served without the parameter fails with a descriptive error (and
+// a 404), so the mistake shows in the first test.
+func ChiParam(name string) func(*http.Request) (string, error) {
+	keys := newKeyCache(name + ":")
+	return func(r *http.Request) (string, error) {
+		rctx := chi.RouteContext(r.Context())
+		if rctx == nil {
+			return "", fmt.Errorf("httpmw: ChiParam(%q): request not routed by chi", name)
+		}
+		v := rctx.URLParam(name)
+		if v == "" && !slices.Contains(rctx.URLParams.Keys, name) {
+			return "", fmt.Errorf("httpmw: ChiParam(%q): the route has no {%s} parameter; mount the middleware on the route (With, or Use inside Route), not above the router that matches it", name, name)
+		}
+		if r.URL != nil && r.URL.RawPath != "" {
+			// chi routed on the escaped path, so v is still escaped.
+			u, err := url.PathUnescape(v)
+			if err != nil {
+				return "", fmt.Errorf("httpmw: ChiParam(%q): %w", name, err)
+			}
+			v = u
+		}
+		if v == "" {
+			return "", fmt.Errorf("httpmw: ChiParam(%q): empty value", name)
+		}
+		return keys.key(v), nil
+	}
+}
+
+// PathValue returns an [Options.Resource] for routes served by
+// [http.ServeMux]: the key is name + ":" + r.PathValue(name), so
+// PathValue("sku") maps /sku/42 on the pattern "PUT /sku/{sku}" to
+// "sku:42". ServeMux unescapes wildcard values, so every spelling of a path
+// yields one key. (On chi, use [ChiParam]: chi's values stay escaped.)
+func PathValue(name string) func(*http.Request) (string, error) {
+	keys := newKeyCache(name + ":")
+	return func(r *http.Request) (string, error) {
+		v := r.PathValue(name)
+		if v == "" {
+			return "", fmt.Errorf("httpmw: PathValue(%q): no value; is the pattern's wildcard {%s}?", name, name)
+		}
+		return keys.key(v), nil
+	}
+}
+
+// keyCache remembers recently built keys, so that requests for a hot
+// resource do not allocate its key string each time. It is a small
+// direct-mapped table: fixed memory, no lock; a miss or a collision just
+// builds the key.
+type keyCache struct {
+	prefix string
+	seed   maphash.Seed
+	slots  [256]atomic.Pointer[string] // each prefix+value, immutable once stored
+}
+
+func newKeyCache(prefix string) *keyCache {
+	return &keyCache{prefix: prefix, seed: maphash.MakeSeed()}
+}
+
+func (c *keyCache) key(v string) string {
+	slot := &c.slots[maphash.String(c.seed, v)%uint64(len(c.slots))]
+	if k := slot.Load(); k != nil && len(*k) == len(c.prefix)+len(v) && (*k)[len(c.prefix):] == v {
+		return *k
+	}
+	k := c.prefix + v
+	slot.Store(&k)
+	return k
+}
