@@ -587,3 +587,45 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// notifying is a lease whose backend reports the loss itself.
+type notifying struct {
+	locks.Lease
+	lost chan struct{}
+}
+
+func (n *notifying) Lost() <-chan struct{} { return n.lost }
+
+type notifyingLocker struct {
+	locks.Locker
+	lost chan struct{}
+}
+
+func (l *notifyingLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	lease, err := l.Locker.Acquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &notifying{Lease: lease, lost: l.lost}, nil
+}
+
+// A backend that reports the loss ends the lease at once, not at the next
+// renewal.
+func TestLossReportedByBackend(t *testing.T) {
+	nl := &notifyingLocker{Locker: memlock.New(), lost: make(chan struct{})}
+	g := newGuard(t, nl, guard.Options{TTL: time.Minute}) // renewals 20s apart
+	lease, err := g.Acquire(testCtx(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(nl.lost)
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("the backend's loss report did not end the lease")
+	}
+	if cause := context.Cause(lease.Context()); !errors.Is(cause, guard.ErrLost) || !errors.Is(cause, locks.ErrNotHeld) {
+		t.Fatalf("cause %v", cause)
+	}
+	_ = lease.Release(context.Background())
+}

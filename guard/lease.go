@@ -129,9 +129,16 @@ func (h *hold) keepAlive() {
 	o := &h.g.o
 	t := o.Clock.NewTimer(o.RenewInterval)
 	defer t.Stop()
+	var lost <-chan struct{} // nil (never ready) unless the backend reports losses
+	if n, ok := h.lease.(locks.LossNotifier); ok {
+		lost = n.Lost()
+	}
 	for {
 		select {
 		case <-h.ctx.Done():
+			return
+		case <-lost:
+			h.lose(fmt.Errorf("%w: reported by the lock service", locks.ErrNotHeld))
 			return
 		case <-t.Chan():
 		}

@@ -55,6 +55,16 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// LossNotifier is implemented by leases whose backend learns of a loss on
+// its own — a ZooKeeper session disconnecting or expiring, say — sooner than
+// the holder's next renewal would. The channel is closed once the grant is
+// known lost (or can no longer be known held); Renew then fails with
+// ErrNotHeld. Package guard cancels the lease context at once when it
+// closes.
+type LossNotifier interface {
+	Lost() <-chan struct{}
+}
+
 // Sentinel errors, tested with [errors.Is].
 var (
 	ErrNotObtained = errors.New("lock not obtained: held by another")
