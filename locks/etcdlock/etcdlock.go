@@ -359,9 +359,57 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time // guarded by mu
 	released bool      // guarded by mu
+
+	watchOnce sync.Once
+	lost      chan struct{}      // closed when the grant's key is gone
+	stopWatch context.CancelFunc // ends the watch behind lost
+	watchDone chan struct{}      // closed when that watch's goroutine returns
 }
 
-var _ locks.Lease = (*Lease)(nil)
+var (
+	_ locks.Lease        = (*Lease)(nil)
+	_ locks.LossNotifier = (*Lease)(nil)
+)
+
+// Lost implements [locks.LossNotifier]: the returned channel is closed when
+// the grant's key is deleted — its lease expired, an operator deleted it —
+// or is found gone. The first call starts a watch on the key (one goroutine
+// and one watcher on the client's shared stream); Release ends it.
+func (s *Lease) Lost() <-chan struct{} {
+	s.watchOnce.Do(func() {
+		s.lost, s.watchDone = make(chan struct{}), make(chan struct{})
+		var ctx context.Context
+		ctx, s.stopWatch = context.WithCancel(context.Background())
+		wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+		go func() {
+			defer close(s.watchDone)
+			for wr := range wch {
+				gone := false
+				if wr.Created {
+					resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
+					gone = err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev)
+				}
+				for _, ev := range wr.Events {
+					gone = gone || ev.Type == mvccpb.DELETE
+				}
+				if gone {
+					close(s.lost)
+					return
+				}
+			}
+		}()
+	})
+	return s.lost
+}
+
+// stopWatching ends the watch behind Lost, if any, and waits for it.
+func (s *Lease) stopWatching() {
+	s.watchOnce.Do(func() {}) // no watch may start after this
+	if s.stopWatch != nil {
+		s.stopWatch()
+		<-s.watchDone
+	}
+}
 
 // Key implements [locks.Lease].
 func (s *Lease) Key() string { return s.key }
@@ -446,6 +494,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
 	}
+	s.stopWatching()
 	if !resp.Succeeded {
 		return locks.NotHeldError("release", s.key, s.Token())
 	}

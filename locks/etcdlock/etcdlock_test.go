@@ -284,6 +284,33 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 	}
 }
 
+// The guard learns of a deleted key from the watch, at once, not at its
+// next renewal.
+func TestLossReportedAtOnce(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	c := newClient(t, d.Endpoints)
+	g, err := guard.New(newLocker(t, c, d.Prefix), guard.Options{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, d.Prefix+"k/", clientv3.WithPrefix()); err != nil { // an operator's hand
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("deleting the key did not end the lease promptly (renewals are 10s apart)")
+	}
+	if err := lease.Release(ctx); !errors.Is(err, guard.ErrLost) {
+		t.Fatalf("Release = %v, want the loss", err)
+	}
+}
+
 func TestIssuedBoundsTokens(t *testing.T) {
 	d := servers.EtcdEmbedded(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
