@@ -32,36 +32,163 @@ func Uncontended(b *testing.B, acquire Acquirer) {
 	b.ReportMetric(us(percentile(lat, 0.99)), "p99-µs")
 }
 
-// Contended runs workers goroutines (or clients: give each its own
-// acquirer) on one key, each critical section cs of busy work (time.Sleep's
-// granularity is too coarse), b.N critical sections in all. It reports
-// critical sections per second, the acquire wait's p99, fairness as Jain's
-// index over per-worker counts (1 is perfectly even), the hand-off gap from
-// a release call to the next acquire's return (p50, p99), and how often the
-// lock went back to the worker that had just released it.
+// Contended runs the acquirers (one per worker: give each its own client
+// where the benchmark calls for clients) on one key, each critical section
+// cs of busy work (time.Sleep's granularity is too coarse), b.N critical
+// sections in all. It reports critical sections per second, the acquire
+// wait's p99, fairness as Jain's index over per-worker counts (1 is
+// perfectly even), the hand-off gap from a release call to the next
+// acquire's return (p50, p99), and how often the lock went back to the
+// worker that had just released it.
 func Contended(b *testing.B, acquirers []Acquirer, cs time.Duration) {
-	workers := len(acquirers)
+	b.ResetTimer()
+	st := contend(b, acquirers, cs, b.N)
+	b.StopTimer()
+	report(b, "", st, b.N)
+}
+
+func report(b *testing.B, prefix string, st contention, n int) {
+	var sum, sumSq float64
+	for _, c := range st.counts {
+		sum += float64(c)
+		sumSq += float64(c) * float64(c)
+	}
+	jain := 1.0
+	if sumSq > 0 {
+		jain = sum * sum / (float64(len(st.counts)) * sumSq)
+	}
+	b.ReportMetric(float64(n)/st.took.Seconds(), prefix+"cs/s")
+	b.ReportMetric(float64(percentile(st.waits, 0.99))/float64(time.Millisecond), prefix+"wait-p99-ms")
+	b.ReportMetric(jain, prefix+"jain")
+	b.ReportMetric(us(percentile(st.gaps, 0.5)), prefix+"gap-p50-µs")
+	b.ReportMetric(us(percentile(st.gaps, 0.99)), prefix+"gap-p99-µs")
+	b.ReportMetric(float64(st.sameHolder)/float64(n), prefix+"same-holder")
+}
+
+// Busy spins for d.
+func Busy(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// Peer is one contender in an interleaved comparison.
+type Peer struct {
+	Name string
+	// Acquirers: one per worker (give each its own client where the
+	// benchmark calls for clients); Uncontended uses the first.
+	Acquirers []Acquirer
+}
+
+// CompareUncontended runs b.N rounds; in each, every peer (starting with a
+// different one each round) does ops acquire+release cycles. Interleaving
+// puts every peer through the same minutes of a noisy machine, so their
+// ratios hold even when absolute figures drift. It reports each peer's p50
+// and mean, and the mean's ratio to the first peer's.
+func CompareUncontended(b *testing.B, peers []Peer, ops int) {
+	ctx := context.Background()
+	lat := make([][]time.Duration, len(peers))
+	b.ResetTimer()
+	for r := range b.N {
+		for k := range peers {
+			i := (r + k) % len(peers)
+			acquire := peers[i].Acquirers[0]
+			for range ops {
+				t0 := time.Now()
+				release, err := acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				release()
+				lat[i] = append(lat[i], time.Since(t0))
+			}
+		}
+	}
+	b.StopTimer()
+	means := make([]float64, len(peers))
+	for i, p := range peers {
+		var sum time.Duration
+		for _, d := range lat[i] {
+			sum += d
+		}
+		means[i] = us(sum) / float64(len(lat[i]))
+		b.ReportMetric(us(percentile(lat[i], 0.5)), p.Name+"-p50-µs")
+		b.ReportMetric(means[i], p.Name+"-mean-µs")
+	}
+	for i, p := range peers[1:] {
+		b.ReportMetric(means[0]/means[i+1], peers[0].Name+"/"+p.Name)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// CompareContended runs b.N rounds; in each, every peer in turn runs its
+// workers on one key for cs-long critical sections, n critical sections
+// in all. It reports per peer what [Contended] reports, over all rounds.
+func CompareContended(b *testing.B, peers []Peer, cs time.Duration, n int) {
+	res := make([]contention, len(peers))
+	for i, p := range peers {
+		res[i].counts = make([]int, len(p.Acquirers))
+	}
+	b.ResetTimer()
+	for r := range b.N {
+		for k := range peers {
+			i := (r + k) % len(peers)
+			st := contend(b, peers[i].Acquirers, cs, n)
+			a := &res[i]
+			a.took += st.took
+			a.waits = append(a.waits, st.waits...)
+			a.gaps = append(a.gaps, st.gaps...)
+			a.sameHolder += st.sameHolder
+			for w, c := range st.counts {
+				a.counts[w] += c
+			}
+		}
+	}
+	b.StopTimer()
+	for i, p := range peers {
+		report(b, p.Name+"-", res[i], n*b.N)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+type contention struct {
+	took       time.Duration
+	waits      []time.Duration
+	gaps       []time.Duration
+	counts     []int
+	sameHolder int
+}
+
+// contend runs the acquirers on one key until n critical sections are done.
+func contend(b *testing.B, acquirers []Acquirer, cs time.Duration, n int) contention {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	workers := len(acquirers)
 	var (
 		taken       atomic.Int64
-		lastRelease atomic.Int64 // unix ns of the last release call
+		lastRelease atomic.Int64
 		lastHolder  atomic.Int64
 		repeats     atomic.Int64
-		failures    atomic.Int64
 		wg          sync.WaitGroup
 		counts      = make([]int, workers)
 		waits       = make([][]time.Duration, workers)
 		gaps        = make([][]time.Duration, workers)
 	)
 	lastHolder.Store(-1)
-	total := int64(b.N)
-	b.ResetTimer()
 	start := time.Now()
 	for w := range workers {
 		acquire := acquirers[w]
 		wg.Go(func() {
-			for taken.Load() < total {
+			for taken.Load() < int64(n) {
 				t0 := time.Now()
 				release, err := acquire(ctx)
 				t1 := time.Now()
@@ -69,10 +196,9 @@ func Contended(b *testing.B, acquirers []Acquirer, cs time.Duration) {
 					if ctx.Err() != nil {
 						return
 					}
-					failures.Add(1)
 					continue
 				}
-				if taken.Add(1) > total {
+				if taken.Add(1) > int64(n) {
 					release()
 					return
 				}
@@ -91,41 +217,6 @@ func Contended(b *testing.B, acquirers []Acquirer, cs time.Duration) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if n := failures.Load(); n > 0 {
-		b.Logf("%d acquire attempts failed and were retried", n)
-	}
-	var sum, sumSq float64
-	for _, n := range counts {
-		sum += float64(n)
-		sumSq += float64(n) * float64(n)
-	}
-	jain := 1.0
-	if sumSq > 0 {
-		jain = sum * sum / (float64(workers) * sumSq)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cs/s")
-	b.ReportMetric(float64(percentile(slices.Concat(waits...), 0.99))/float64(time.Millisecond), "wait-p99-ms")
-	b.ReportMetric(jain, "jain")
-	g := slices.Concat(gaps...)
-	b.ReportMetric(us(percentile(g, 0.5)), "gap-p50-µs")
-	b.ReportMetric(us(percentile(g, 0.99)), "gap-p99-µs")
-	b.ReportMetric(float64(repeats.Load())/float64(b.N), "same-holder")
+	return contention{took: time.Since(start), waits: slices.Concat(waits...), gaps: slices.Concat(gaps...),
+		counts: counts, sameHolder: int(repeats.Load())}
 }
-
-// Busy spins for d.
-func Busy(d time.Duration) {
-	for start := time.Now(); time.Since(start) < d; {
-	}
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	return d[min(len(d)-1, int(float64(len(d))*p))]
-}
-
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

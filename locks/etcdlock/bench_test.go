@@ -5,6 +5,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,33 +63,31 @@ func etcdPeers() []etcdPeer {
 	}
 }
 
-func BenchmarkUncontended(b *testing.B) {
+// BenchmarkCompare runs the peers interleaved (see lockbench): one round is
+// 50 uncontended cycles, or 100 critical sections by 8 clients on one key,
+// per peer. -benchtime Nx sets the rounds.
+func BenchmarkCompare(b *testing.B) {
 	eps := benchServer(b)
-	b.Run("etcd-put", func(b *testing.B) {
+	mk := func(clients int) []lockbench.Peer {
+		var out []lockbench.Peer
+		for _, p := range etcdPeers() {
+			peer := lockbench.Peer{Name: p.name}
+			for range clients {
+				peer.Acquirers = append(peer.Acquirers, p.mk(b, eps, fmt.Sprintf("cmp-%d", clients)))
+			}
+			out = append(out, peer)
+		}
+		return out
+	}
+	b.Run("uncontended", func(b *testing.B) {
 		c := newClient(b, eps)
-		lockbench.Uncontended(b, func(ctx context.Context) (func(), error) {
+		put := lockbench.Peer{Name: "etcd-put", Acquirers: []lockbench.Acquirer{func(ctx context.Context) (func(), error) {
 			_, err := c.Put(ctx, "/bench/put", "x")
 			return func() {}, err
-		})
+		}}}
+		lockbench.CompareUncontended(b, append(mk(1), put), 50)
 	})
-	for _, p := range etcdPeers() {
-		b.Run(p.name, func(b *testing.B) {
-			lockbench.Uncontended(b, p.mk(b, eps, "uncontended"))
-		})
-	}
-}
-
-// Eight clients (connections of their own) on one key, 200µs critical
-// sections.
-func BenchmarkContended8(b *testing.B) {
-	eps := benchServer(b)
-	for _, p := range etcdPeers() {
-		b.Run(p.name, func(b *testing.B) {
-			acquirers := make([]lockbench.Acquirer, 8)
-			for i := range acquirers {
-				acquirers[i] = p.mk(b, eps, "contended")
-			}
-			lockbench.Contended(b, acquirers, 200*time.Microsecond)
-		})
-	}
+	b.Run("contended8", func(b *testing.B) {
+		lockbench.CompareContended(b, mk(8), 200*time.Microsecond, 100)
+	})
 }

@@ -84,31 +84,28 @@ func benchClient(b *testing.B) *redis.Client {
 	return c
 }
 
-// One goroutine: acquire, release, again. Also the bare round trip.
-func BenchmarkUncontended(b *testing.B) {
+// BenchmarkCompare runs the peers interleaved (see lockbench): one round is
+// 200 uncontended cycles, or 400 critical sections by 8 goroutines on one
+// key, per peer. -benchtime Nx sets the rounds.
+func BenchmarkCompare(b *testing.B) {
 	c := benchClient(b)
-	b.Run("redis-ping", func(b *testing.B) {
-		lockbench.Uncontended(b, func(ctx context.Context) (func(), error) {
-			return func() {}, c.Ping(ctx).Err()
-		})
-	})
-	for _, p := range peers() {
-		if p.name == "redsync-1ms" {
-			continue // same as redsync-default without contention
+	mk := func(names ...string) []lockbench.Peer {
+		var out []lockbench.Peer
+		for _, p := range peers() {
+			if slices.Contains(names, p.name) {
+				a := p.mk(b, c, "cmp-"+p.name)
+				out = append(out, lockbench.Peer{Name: p.name, Acquirers: slices.Repeat([]lockbench.Acquirer{a}, 8)})
+			}
 		}
-		b.Run(p.name, func(b *testing.B) {
-			lockbench.Uncontended(b, p.mk(b, c, "uncontended-"+p.name))
-		})
+		return out
 	}
-}
-
-// Eight goroutines on one key, each critical section 200µs of busy work.
-func BenchmarkContended8(b *testing.B) {
-	c := benchClient(b)
-	for _, p := range peers() {
-		b.Run(p.name, func(b *testing.B) {
-			acquire := p.mk(b, c, "contended-"+p.name)
-			lockbench.Contended(b, slices.Repeat([]lockbench.Acquirer{acquire}, 8), 200*time.Microsecond)
-		})
-	}
+	b.Run("uncontended", func(b *testing.B) {
+		ping := lockbench.Peer{Name: "redis-ping", Acquirers: []lockbench.Acquirer{func(ctx context.Context) (func(), error) {
+			return func() {}, c.Ping(ctx).Err()
+		}}}
+		lockbench.CompareUncontended(b, append(mk("fenceguard", "bsm-redislock", "redsync-default"), ping), 200)
+	})
+	b.Run("contended8", func(b *testing.B) {
+		lockbench.CompareContended(b, mk("fenceguard", "bsm-redislock", "redsync-default", "redsync-1ms"), 200*time.Microsecond, 400)
+	})
 }

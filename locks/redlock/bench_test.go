@@ -72,19 +72,23 @@ func benchPeers(b *testing.B, cs []*redis.Client) map[string]func(key string) lo
 	}
 }
 
-func BenchmarkUncontended(b *testing.B) {
+// BenchmarkCompare runs the peers interleaved (see lockbench): one round is
+// 100 uncontended cycles, or 200 critical sections by 8 goroutines on one
+// key, per peer. -benchtime Nx sets the rounds.
+func BenchmarkCompare(b *testing.B) {
 	peers := benchPeers(b, benchNodes(b))
-	for _, name := range []string{"fenceguard", "redsync-default"} {
-		b.Run(name, func(b *testing.B) { lockbench.Uncontended(b, peers[name]("uncontended")) })
+	mk := func(prefix string, names ...string) []lockbench.Peer {
+		var out []lockbench.Peer
+		for _, name := range names {
+			a := peers[name](prefix + name)
+			out = append(out, lockbench.Peer{Name: name, Acquirers: slices.Repeat([]lockbench.Acquirer{a}, 8)})
+		}
+		return out
 	}
-}
-
-func BenchmarkContended8(b *testing.B) {
-	peers := benchPeers(b, benchNodes(b))
-	for _, name := range []string{"fenceguard", "redsync-default", "redsync-1ms"} {
-		b.Run(name, func(b *testing.B) {
-			acquire := peers[name]("contended-" + name)
-			lockbench.Contended(b, slices.Repeat([]lockbench.Acquirer{acquire}, 8), 200*time.Microsecond)
-		})
-	}
+	b.Run("uncontended", func(b *testing.B) {
+		lockbench.CompareUncontended(b, mk("u-", "fenceguard", "redsync-default"), 100)
+	})
+	b.Run("contended8", func(b *testing.B) {
+		lockbench.CompareContended(b, mk("c-", "fenceguard", "redsync-default", "redsync-1ms"), 200*time.Microsecond, 200)
+	})
 }
