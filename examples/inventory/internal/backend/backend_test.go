@@ -1,0 +1,96 @@
+package backend
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+)
+
+func TestMain(m *testing.M) { servers.Main(m) }
+
+func TestLockConfigArgsRoundTrip(t *testing.T) {
+	for _, c := range []LockConfig{
+		{Kind: Etcd, Etcd: []string{"127.0.0.1:1", "127.0.0.1:2"}, Prefix: "/p/"},
+		{Kind: Redis, Redis: "127.0.0.1:6379"},
+		{Kind: Redlock, Redlock: []string{"a:1", "b:2", "c:3"}},
+		{Kind: ZooKeeper, ZK: []string{"z:2181"}},
+	} {
+		var got LockConfig
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		got.RegisterFlags(fs)
+		if err := fs.Parse(c.Args()); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, c) {
+			t.Errorf("round trip of %+v gave %+v", c, got)
+		}
+		if err := got.Validate(true); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	if err := (LockConfig{Kind: Etcd}).Validate(false); err != nil {
+		t.Errorf("etcd without endpoints where an embedded one stands in: %v", err)
+	}
+}
+
+func TestOpenStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	t.Run("memory", func(t *testing.T) {
+		s, err := OpenStore(ctx, StoreConfig{Mode: StoreMemory}, log)
+		if err != nil || !strings.Contains(s.Desc, "memory") || s.Fencing().SerializePerKey != true {
+			t.Fatalf("%+v, %v", s, err)
+		}
+		s.Close()
+	})
+	t.Run("url", func(t *testing.T) {
+		pg := servers.Postgres(t)
+		s, err := OpenStore(ctx, StoreConfig{URL: pg.DSN}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if !strings.HasPrefix(s.Desc, "PostgreSQL ") || s.Notice != "" || s.Fencing().SerializePerKey {
+			t.Fatalf("desc %q, notice %q", s.Desc, s.Notice)
+		}
+		if _, err := s.Put(ctx, "lamp", 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Auto without a URL: a throwaway local server, gone after Close.
+	t.Run("throwaway", func(t *testing.T) {
+		s, err := OpenStore(ctx, StoreConfig{Mode: StorePostgres}, log)
+		if err != nil {
+			if os.Getenv(servers.EnvRequireServers) != "1" {
+				t.Skipf("no local PostgreSQL: %v", err)
+			}
+			t.Fatal(err)
+		}
+		i := strings.Index(s.Desc, "/tmp/")
+		if i < 0 {
+			s.Close()
+			t.Fatalf("desc %q names no directory", s.Desc)
+		}
+		dir := s.Desc[i:]
+		if _, err := s.Put(ctx, "lamp", 3); err != nil {
+			t.Error(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s left behind (%v)", dir, err)
+		}
+	})
+	if _, err := OpenStore(ctx, StoreConfig{Mode: "sqlite"}, log); err == nil {
+		t.Error("unknown mode accepted")
+	}
+}

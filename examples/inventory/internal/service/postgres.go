@@ -1,0 +1,107 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceguard/fenceguard/storage/postgres"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// DB is what [PostgresStore] needs of a database: a *pgxpool.Pool (safe for
+// concurrent use; a single connection is not).
+type DB interface {
+	postgres.DB
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Ping(ctx context.Context) error
+}
+
+// PostgresStore keeps items in the PostgreSQL table items(sku text primary
+// key, stock integer, fence_token bigint). Fenced accesses are column-mode
+// statements of package storage/postgres: the claim and the read, or the
+// claim and the write, are one statement on the row.
+type PostgresStore struct {
+	db    DB
+	items *postgres.Table
+	fence *postgres.Fence
+}
+
+// NewPostgresStore creates what the store needs in db unless it exists — the
+// items table with its token column, and the fence_tokens table of the
+// middleware's Fence — and returns the store.
+func NewPostgresStore(ctx context.Context, db DB) (*PostgresStore, error) {
+	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "sku"})
+	if err != nil {
+		return nil, err
+	}
+	if err := postgres.Migrate(ctx, db); err != nil {
+		return nil, fmt.Errorf("inventory: migrate: %w", err)
+	}
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS items (sku text PRIMARY KEY, stock integer NOT NULL)`); err != nil {
+		return nil, fmt.Errorf("inventory: create items: %w", err)
+	}
+	if err := items.AddTokenColumn(ctx, db); err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	return &PostgresStore{db: db, items: items, fence: postgres.NewFence(db)}, nil
+}
+
+// Fencing implements [Store]: the PostgreSQL Fence in front, the row's own
+// check behind.
+func (s *PostgresStore) Fencing() Fencing {
+	return Fencing{Fence: s.fence, Setup: "httpmw (PostgreSQL Fence) + column-mode enforcer on the row"}
+}
+
+// Get implements [Store].
+func (s *PostgresStore) Get(ctx context.Context, sku string, t token.Token) (Item, error) {
+	it := Item{SKU: sku}
+	var err error
+	if t.IsZero() {
+		err = s.db.QueryRow(ctx, `SELECT stock FROM items WHERE sku = $1`, sku).Scan(&it.Stock)
+	} else {
+		err = s.items.Read(ctx, s.db, sku, t, []string{"stock"}, &it.Stock)
+	}
+	return it, storeErr(err)
+}
+
+// SetStock implements [Store].
+func (s *PostgresStore) SetStock(ctx context.Context, sku string, stock int, t token.Token) (Item, error) {
+	if t.IsZero() {
+		tag, err := s.db.Exec(ctx, `UPDATE items SET stock = $2 WHERE sku = $1`, sku, stock)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = ErrNotFound
+		}
+		return Item{SKU: sku, Stock: stock}, storeErr(err)
+	}
+	err := s.items.Update(ctx, s.db, sku, t, postgres.Set("stock", stock))
+	return Item{SKU: sku, Stock: stock}, storeErr(err)
+}
+
+// Put implements [Store]. It leaves the item's mark alone: a mark never goes
+// down, or a stale holder could use the reset.
+func (s *PostgresStore) Put(ctx context.Context, sku string, stock int) (Item, error) {
+	_, err := s.db.Exec(ctx, `INSERT INTO items (sku, stock) VALUES ($1, $2)
+		ON CONFLICT (sku) DO UPDATE SET stock = EXCLUDED.stock`, sku, stock)
+	return Item{SKU: sku, Stock: stock}, storeErr(err)
+}
+
+// HighWater implements [Store]: the row's mark.
+func (s *PostgresStore) HighWater(ctx context.Context, sku string) (token.Token, error) {
+	var mark int64
+	err := s.db.QueryRow(ctx, `SELECT fence_token FROM items WHERE sku = $1`, sku).Scan(&mark)
+	return token.Token(mark), storeErr(err)
+}
+
+// Ping implements [Store].
+func (s *PostgresStore) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
+
+func storeErr(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, postgres.ErrNoRow) {
+		return ErrNotFound
+	}
+	return err
+}

@@ -1,0 +1,320 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fenceguard/fenceguard/httpmw"
+	"github.com/fenceguard/fenceguard/metrics/prom"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// The problem types of this service's own refusals; token refusals use
+// httpmw's.
+const (
+	TypeNoItem      = typeBase + "no-item"      // 404: no such item (or no such route)
+	TypeBadBody     = typeBase + "bad-body"     // 400: the JSON body is not {"stock": 0..MaxStock}
+	TypeStoreFailed = typeBase + "store-failed" // 500: the store failed; 503 from /healthz
+	TypeNotAllowed  = typeBase + "not-allowed"  // 405
+	typeBase        = "https://github.com/fenceguard/fenceguard/tree/main/examples/inventory#"
+	maxSKULen       = 200
+	maxBodyBytes    = 1 << 10
+	healthTimeout   = 2 * time.Second
+)
+
+// Options configure [New].
+type Options struct {
+	// Store keeps the items. Required.
+	Store Store
+
+	// Unfenced switches fencing off: no middleware, and the store gets no
+	// token — a plain read, then a plain write. For the demo's control run;
+	// never for real.
+	Unfenced bool
+
+	// Registry receives the fenceguard metrics and is what /metrics serves.
+	// Default: a new registry.
+	Registry *prometheus.Registry
+
+	// Logger receives token refusals (Info) and store failures (Error).
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// New returns the service's routes.
+func New(o Options) (http.Handler, error) {
+	if o.Store == nil {
+		return nil, errors.New("service: Options.Store is required")
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m, err := prom.New(o.Registry, prom.Options{Class: Class})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger}
+
+	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusNotFound, TypeNoItem, "not found", "")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusMethodNotAllowed, TypeNotAllowed, "method not allowed", "")
+	})
+	r.Get("/healthz", s.health)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
+
+	items := r.With() // the lock holders' routes
+	if s.fenced {
+		f := o.Store.Fencing()
+		mw, err := httpmw.New(httpmw.Options{
+			Resource:        httpmw.ChiParam("sku"),
+			Fence:           m.Fence(f.Fence),
+			SerializePerKey: f.SerializePerKey,
+			ErrorWriter:     s.refused,
+		})
+		if err != nil {
+			return nil, err
+		}
+		items = r.With(mw.Handler)
+	}
+	items.Get("/items/{sku}", s.getItem)
+	items.Put("/items/{sku}/stock", s.putStock)
+
+	r.Route("/admin", func(r chi.Router) { // unfenced: operators, not lock holders
+		r.Get("/items/{sku}", s.adminGet)
+		r.Put("/items/{sku}", s.adminPut)
+	})
+	return r, nil
+}
+
+// Class maps a lock or resource key ("sku:lamp", "items:lamp") to its
+// metrics class ("sku", "items"): the part before the first ':'.
+func Class(key string) string {
+	c, _, _ := strings.Cut(key, ":")
+	return c
+}
+
+type server struct {
+	store   Store
+	fenced  bool
+	metrics *prom.Metrics
+	log     *slog.Logger
+}
+
+func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	t := s.token(r, sku)
+	it, err := s.store.Get(r.Context(), sku, t)
+	s.recordClaim(sku, t, err)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *server) putStock(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	stock, ok := stockBody(w, r)
+	if !ok {
+		return
+	}
+	t := s.token(r, sku)
+	it, err := s.store.SetStock(r.Context(), sku, stock, t)
+	s.recordClaim(sku, t, err)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, it)
+}
+
+// adminItem is an item as operators see it: with its high-water mark.
+type adminItem struct {
+	Item
+	HighWater token.Token `json:"high_water,omitzero"`
+}
+
+func (s *server) adminGet(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	it, err := s.store.Get(r.Context(), sku, 0)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	mark, err := s.store.HighWater(r.Context(), sku)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, adminItem{Item: it, HighWater: mark})
+}
+
+func (s *server) adminPut(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	stock, ok := stockBody(w, r)
+	if !ok {
+		return
+	}
+	it, err := s.store.Put(r.Context(), sku, stock)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("health check: store does not answer", "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, TypeStoreFailed, "store unavailable", "")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// token is the token the middleware accepted for this item, or zero: no
+// fencing, or a read without a token.
+func (s *server) token(r *http.Request, sku string) token.Token {
+	if !s.fenced {
+		return 0
+	}
+	key, t, ok := token.FromContext(r.Context())
+	if !ok || key != resource(sku) {
+		return 0
+	}
+	return t
+}
+
+// recordClaim counts the store's own check of a fenced access, under the
+// class "items" (the middleware's claims count under "sku").
+func (s *server) recordClaim(sku string, t token.Token, err error) {
+	if t.IsZero() || errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
+		return
+	}
+	s.metrics.Claim("items:"+sku, t, err)
+}
+
+// refused is the middleware's ErrorWriter: log, then the standard problem.
+func (s *server) refused(w http.ResponseWriter, r *http.Request, p *httpmw.Problem) {
+	level := slog.LevelInfo
+	if p.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	s.log.Log(r.Context(), level, "fencing token refused", "method", r.Method, "status", p.Status,
+		"type", p.Type, "resource", p.Resource, "presented", p.Presented, "current", p.Current, "err", p.Err)
+	httpmw.WriteProblem(w, p)
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var stale *token.StaleError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
+	case errors.As(err, &stale):
+		s.log.Info("store refused a stale token", "method", r.Method, "resource", stale.Resource,
+			"presented", stale.Presented, "current", stale.Current)
+		httpmw.WriteStale(w, err)
+	case errors.Is(err, token.ErrInvalid): // above what the store can hold
+		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeInvalid, Title: "invalid fencing token",
+			Status: http.StatusBadRequest, Detail: "the store cannot hold this token"})
+	case r.Context().Err() != nil: // the client left or the server is shutting down
+		writeProblem(w, http.StatusServiceUnavailable, TypeStoreFailed, "request ended", "")
+	default:
+		s.log.Error("store failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeProblem(w, http.StatusInternalServerError, TypeStoreFailed, "store failed", "")
+	}
+}
+
+// skuParam returns the route's {sku}, unescaped as httpmw.ChiParam does so
+// the handler names the item the middleware claimed. A name that is no item
+// answers 404.
+func skuParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	sku, err := url.PathUnescape(chi.URLParam(r, "sku"))
+	if err != nil || !validSKU(sku) {
+		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
+		return "", false
+	}
+	return sku, true
+}
+
+func validSKU(sku string) bool {
+	if sku == "" || len(sku) > maxSKULen || !utf8.ValidString(sku) {
+		return false
+	}
+	return strings.IndexFunc(sku, unicode.IsControl) < 0
+}
+
+// stockBody reads {"stock": n}, 0 ≤ n ≤ MaxStock, and nothing else. The
+// problem's detail never echoes the body.
+func stockBody(w http.ResponseWriter, r *http.Request) (int, bool) {
+	var body struct {
+		Stock *int64 `json:"stock"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	detail := ""
+	var tooLarge *http.MaxBytesError
+	switch err := dec.Decode(&body); {
+	case errors.As(err, &tooLarge):
+		detail = "body too large"
+	case err != nil || dec.More() || body.Stock == nil:
+		detail = `want {"stock": n}`
+	case *body.Stock < 0 || *body.Stock > MaxStock:
+		detail = fmt.Sprintf(`"stock" must be between 0 and %d`, MaxStock)
+	}
+	if detail != "" {
+		writeProblem(w, http.StatusBadRequest, TypeBadBody, "bad request body", detail)
+		return 0, false
+	}
+	return int(*body.Stock), true
+}
+
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	httpmw.WriteProblem(w, &httpmw.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, TypeStoreFailed, "encoding failed", "")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+)
+
+// mainEnv makes the test binary run as the inventory command, so the tests
+// drive the real wiring — and the demo's workers, which re-execute the
+// binary, run it too.
+const mainEnv = "FENCEGUARD_INVENTORY_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	servers.Main(m)
+}
+
+func command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// The demo end to end, as a newcomer runs it but shorter: embedded etcd,
+// PostgreSQL (from the harness, through DATABASE_URL's flag), worker
+// processes, the table, the counters, the timeline, exit status 0.
+func TestDemoCommand(t *testing.T) {
+	pg := servers.Postgres(t)
+	svg := filepath.Join(t.TempDir(), "timeline.svg")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := command(ctx, "demo", "--workers=3", "--stock=8", "--ttl=2s", "--pause=2.2s", "--work=20ms",
+		"--timeline="+svg, "--database-url="+pg.DSN).CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"etcd 3.7, embedded", "PostgreSQL", "column-mode enforcer",
+		"frozen with SIGSTOP", "ACCEPTED, undoing", "REFUSED, 409 stale-token",
+		"units oversold", "fenceguard_claims_total", "without fencing:", "with fencing: nothing oversold",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	f, err := os.Open(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := xml.NewDecoder(f)
+	for {
+		if _, err := dec.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("timeline: %v", err)
+		}
+	}
+}
+
+// serve answers, then shuts down gracefully on SIGTERM with exit status 0.
+func TestServeCommand(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := command(ctx, "serve", "--store=memory", "--addr="+addr)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("serve did not answer /healthz: %v\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("PUT", "http://"+addr+"/admin/items/lamp", strings.NewReader(`{"stock":2}`))
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("admin put: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, logs.String())
+	}
+	for _, want := range []string{"serving", "shutting down"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := command(context.Background(), "sell").Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("unknown command: %v, want exit status 2", err)
+	}
+}
