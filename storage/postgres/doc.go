@@ -13,9 +13,9 @@
 // Column mode, [Table]: the guarded table has a token column,
 // fence_token bigint not null default 0 ([Table.AddTokenColumn] adds it).
 // [Table.Read] (claim and read), [Table.Update], [Table.Upsert] and
-// [Table.Delete] are each one statement that checks and advances the row's
-// mark together with the access, and tells "done", "stale" and "no such
-// row" apart in one round trip.
+// [Table.Delete] each check and advance the row's mark in the same
+// statement as the access: one round trip when it is accepted; a refusal
+// (stale, or no such row) takes a second statement to say which.
 //
 //	items, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
 //	err := items.Read(ctx, pool, 42, tok, []string{"stock"}, &stock)

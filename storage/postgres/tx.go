@@ -99,6 +99,9 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 		return fmt.Errorf("%w: the connection is inside a transaction; pass its pgx.Tx", ErrBadInput)
 	}
 
+	if !k.lazy {
+		return k.eagerTx(ctx, db, resource, t, v, fn)
+	}
 	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v}
 	ended := false
 	defer func() {
@@ -106,12 +109,6 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 			rollback(ctx, lt.tx)
 		}
 	}()
-	if !k.lazy {
-		// Claim, then act: fn runs only once the claim holds.
-		if err := lt.ensure(ctx); err != nil {
-			return err
-		}
-	}
 	fnErr := fn(lt)
 	if lt.claimErr != nil {
 		return lt.claimErr
@@ -129,6 +126,70 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	}
 	ended = true // Commit ends the transaction either way
 	if err := lt.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
+	}
+	return nil
+}
+
+// eagerTx is Tx on a pool or a connection: BEGIN and the claim in one
+// round trip, then fn on the plain transaction once the claim holds, then
+// COMMIT. A refused claim rolls back before fn ever runs.
+func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
+	for range maxAttempts {
+		var b pgx.Batch
+		b.BeginTx(pgx.TxOptions{})
+		b.Queue(k.claimSQL, resource, v)
+		br := db.SendBatch(ctx, &b)
+		tx := br.Tx()
+		if tx == nil { // a DB of the caller's own making
+			_ = br.Close()
+			return fmt.Errorf("%w: %T.SendBatch ignores Batch.BeginTx", ErrBadInput, db)
+		}
+		var claimed bool
+		var snap *int64
+		_, err := br.Exec() // BEGIN
+		if err == nil {
+			err = br.QueryRow().Scan(&claimed, &snap)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			rollback(ctx, tx)
+			return wrapErr("claim "+resource+" in", k.name, err)
+		}
+		if !claimed {
+			// Still inside the transaction: a fresh statement reads the
+			// mark if the claim's snapshot lagged.
+			done, err := k.refused(ctx, tx, resource, t, claimed, snap)
+			rollback(ctx, tx)
+			if done {
+				return err
+			}
+			continue
+		}
+		return k.run(ctx, tx, resource, fn)
+	}
+	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
+}
+
+// run calls fn in tx, which holds the claim, and commits; it rolls back
+// when fn fails or panics, or ctx ends.
+func (k *Tokens) run(ctx context.Context, tx pgx.Tx, resource string, fn func(pgx.Tx) error) (err error) {
+	committed := false
+	defer func() {
+		if !committed {
+			rollback(ctx, tx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+	}
+	committed = true // Commit ends the transaction either way
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
 	}
 	return nil
