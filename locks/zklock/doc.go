@@ -1,0 +1,97 @@
+// Package zklock is a [locks.Locker] on ZooKeeper (through
+// github.com/go-zookeeper/zk), whose fencing token is the Czxid of the
+// grant's znode.
+//
+// go-zookeeper's own zk.Lock takes no context, reports no loss of its
+// session and exposes no token; this package builds the lock recipe itself.
+//
+// # Queue
+//
+// Each key is one znode under Options.Prefix, its name the key
+// path-escaped, so any string is a key ('/' included). An acquire creates
+// an ephemeral sequential child and holds the lock when its child is the
+// first in sequence order; until then it watches only the child just before
+// its own, so a release wakes one waiter, not the herd, and waiters are
+// served in the order they queued — across connections and processes.
+//
+// The create runs in one transaction with a write of the key's znode's
+// data. The reply to that write carries the transaction's zxid, which is
+// the new child's Czxid, and the key's number of children; so an
+// uncontended acquire takes one round trip and its release one more, where
+// zk.Lock takes three. A waiter whose predecessor held the lock takes it
+// from the deletion event alone, with no further read.
+//
+// Every try has a random part in its znode's name. When the reply to a
+// create is lost (the connection broke), the acquire looks for its znode by
+// that name once the session is back, and either carries on with it or,
+// when its context has ended, deletes it — whether the create was applied
+// or not. A cancelled or failed acquire deletes its znode before it returns
+// (waiting at most 50ms; then in the background), so it holds up nobody.
+//
+// Keys' znodes are containers: ZooKeeper removes one about a minute after
+// its last child went. The sequence number ZooKeeper appends is a 32-bit
+// counter of its parent; were it to wrap — 2³¹ grants of one key without
+// the key ever being idle for a minute — the queue order would break for
+// the grants around the wrap (the tokens would not).
+//
+// # Tokens
+//
+// A grant's token is its znode's Czxid: the zxid of the transaction that
+// created it. Zxids are one counter for the whole ensemble, ordered across
+// leader elections (the epoch is the high 32 bits), so each grant's token
+// is larger than every earlier grant's, of this lock and any other. It is
+// not the sequence number, which wraps and restarts when the key's znode is
+// re-created. Only restoring an old snapshot makes zxids go back.
+//
+// [Locker.Issued] bounds the tokens issued for a key (the key's znode's
+// Pzxid, after a sync), for the forged-token check of package httpmw.
+//
+// # Sessions and TTLs
+//
+// An ephemeral znode lives as long as the session that created it, and a
+// session's timeout is fixed when it is established; so the Locker opens one
+// session per distinct TTL, asking for a timeout equal to the TTL, on
+// demand, and shares it among all grants of that TTL (at most
+// Options.MaxSessions sessions, 8 by default: use a few TTLs, not one per
+// call). The server clamps the timeout to [minSessionTimeout,
+// maxSessionTimeout], by default 2 and 20 ticks (4s and 40s):
+//
+//   - a TTL above the maximum fails with [locks.ErrInvalid]: the session
+//     could expire, and another client be granted the lock, before the
+//     lease's deadline;
+//   - a TTL below the minimum is granted, with a longer session: the lease
+//     still ends at its TTL when not renewed, but a holder that crashes or
+//     is cut off keeps the lock until the server expires its session, after
+//     the minimum.
+//
+// go-zookeeper pings in the background, so a session outlives its holders'
+// renewals. A lease therefore has a deadline of its own, the send time of
+// the request that last showed it held plus the TTL: unless [Lease.Renew]
+// moves it, the Locker deletes the znode then, and the lease is lost. So the
+// lock is held for as long as its holder renews, as the TTL promises, and a
+// stuck critical section is cut short. The server's session timeout (at
+// least the TTL, counted from the last packet it received) covers the cases
+// the client cannot act in: a crash, a pause, a partition.
+//
+// # Losing the session
+//
+// When the connection breaks the client cannot know whether the session
+// will survive: it may expire, and the lock be granted to another, before
+// the connection comes back. Every lease of the session is therefore lost
+// at once (ZooKeeper's and Curator's advice for a suspended connection):
+// [Lease.Done] is closed and Renew fails with [locks.ErrNotHeld] without a
+// request, so a guard learns of it at its next renewal, within a third of
+// the TTL. An expired session loses its leases too. When the session
+// survives, the lost lease's znode is still there: Release deletes it, or
+// the deadline does. Waiting acquires ride out a broken connection; they
+// start over when their session expired.
+//
+// # Errors
+//
+// Besides the errors of package locks: [ErrClosed] after [Locker.Close];
+// connection and server errors come back wrapped, and mean the state of the
+// lock is unknown. The [locks.ErrNotHeld] of a lease says why it was lost.
+//
+// A Locker owns its sessions and their goroutines: Close it, which ends its
+// leases too. Lockers and leases are safe for concurrent use.
+package zklock

@@ -1,0 +1,747 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/lockstest"
+	"github.com/fenceguard/fenceguard/locks/zklock"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func TestMain(m *testing.M) { servers.Main(m) }
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+func newLocker(t testing.TB, addrs []string, prefix string) *zklock.Locker {
+	t.Helper()
+	l, err := zklock.New(addrs, zklock.Options{Prefix: prefix, Logger: quiet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// inspect returns a plain connection for looking at the znodes.
+func inspect(t testing.TB, addrs []string) *zk.Conn {
+	t.Helper()
+	c, events, err := zk.Connect(addrs, 10*time.Second, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		for range events { // until go-zookeeper's goroutines are done
+		}
+	})
+	return c
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// children lists the znodes queued for key under prefix.
+func children(t *testing.T, c *zk.Conn, prefix, key string) []string {
+	t.Helper()
+	ch, _, err := c.Children(prefix + "/" + key)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	lockstest.Run(t, lockstest.Config{
+		NewLocker: func(t *testing.T) locks.Locker {
+			z := servers.ZooKeeper(t)
+			return newLocker(t, z.Addrs, z.Chroot+"/locks")
+		},
+		// The harness's server grants sessions of 1s to 60s.
+		ShortTTL: time.Second,
+		LongTTL:  30 * time.Second,
+	})
+}
+
+// Waiters on different connections are served in the order they queued.
+func TestFIFOAcrossConnections(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	c := inspect(t, z.Addrs)
+	ctx := ctxFor(t, time.Minute)
+	first, err := newLocker(t, z.Addrs, prefix).Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := newLocker(t, z.Addrs, prefix)
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx, "k", 10*time.Second)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, c, prefix, "k")) == i+2 })
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("waiter %d was served when waiter %d's turn came", got, want)
+		}
+		want++
+	}
+}
+
+// Any string is a key, and distinct strings are distinct locks: escaping
+// must be injective and must not produce paths ZooKeeper refuses.
+func TestAnyStringIsAKey(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	l := newLocker(t, z.Addrs, z.Chroot+"/locks")
+	ctx := ctxFor(t, time.Minute)
+	keys := []string{
+		"a/b", "a%2Fb", "a%252Fb", "/", "//", "/a/", ".", "..", "...", "./..",
+		"ключ/🔒", "名前", "tab\there", "nul\x00byte", "new\nline", "\u007f\u0085",
+		"zero-width\u200b", "space ", " ", "%", "?#&=", "\xff\xfe invalid utf-8",
+	}
+	var held []locks.Lease
+	for _, k := range keys {
+		lease, err := l.TryAcquire(ctx, k, 10*time.Second)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) with the other keys held: %v", k, err)
+		}
+		if lease.Key() != k {
+			t.Fatalf("Key() = %q, want %q", lease.Key(), k)
+		}
+		held = append(held, lease)
+	}
+	paths := map[string]string{}
+	for _, lease := range held {
+		p := lease.(*zklock.Lease).Path()
+		if other, ok := paths[p]; ok {
+			t.Fatalf("keys %q and %q share the znode %s", other, lease.Key(), p)
+		}
+		paths[p] = lease.Key()
+		if _, err := l.TryAcquire(ctx, lease.Key(), 10*time.Second); !errors.Is(err, locks.ErrNotObtained) {
+			t.Fatalf("TryAcquire(%q) while held: %v", lease.Key(), err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A cancelled waiter and a failed try-acquire leave no znode behind, by the
+// time they return.
+func TestAbandonedAcquireLeavesNothing(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	l := newLocker(t, z.Addrs, prefix)
+	c := inspect(t, z.Addrs)
+	ctx := ctxFor(t, time.Minute)
+	holder, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err := l.Acquire(wctx, "k", 10*time.Second)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("waiter: %v, want DeadlineExceeded", err)
+		}
+		if got := children(t, c, prefix, "k"); len(got) != 1 {
+			t.Fatalf("after a cancelled wait the queue is %v, want only the holder", got)
+		}
+		if _, err := l.TryAcquire(ctx, "k", 10*time.Second); !errors.Is(err, locks.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v, want ErrNotObtained", err)
+		}
+		if got := children(t, c, prefix, "k"); len(got) != 1 {
+			t.Fatalf("after a failed try the queue is %v, want only the holder", got)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := children(t, c, prefix, "k"); len(got) != 0 {
+		t.Fatalf("after the release the queue is %v", got)
+	}
+}
+
+// The reply to the create is lost: the server applied it, the connection
+// broke before the reply arrived. A live acquire must carry on with the
+// znode it made (not queue a second one behind itself); an abandoned one
+// must delete it once it can.
+func TestLostCreateReply(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		abandon bool
+	}{{"adopted", false}, {"abandoned", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			z := servers.ZooKeeper(t)
+			prefix := z.Chroot + "/locks"
+			proxy := servers.NewProxy(t, z.Addrs[0])
+			l := newLocker(t, []string{proxy.Addr()}, prefix)
+			c := inspect(t, z.Addrs)
+			ctx := ctxFor(t, time.Minute)
+			const ttl = 8 * time.Second // the session must outlive the cut
+			// Open the session and create the key's znode.
+			warm, err := l.Acquire(ctx, "k", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := proxy.Delay(3 * time.Second); err != nil { // hold back every reply
+				t.Fatal(err)
+			}
+			actx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			type result struct {
+				lease locks.Lease
+				err   error
+			}
+			got := make(chan result, 1)
+			go func() {
+				lease, err := l.Acquire(actx, "k", ttl)
+				got <- result{lease, err}
+			}()
+			var made []string
+			eventually(t, 5*time.Second, "the create applied", func() bool {
+				made = children(t, c, prefix, "k")
+				return len(made) == 1
+			})
+			if tc.abandon {
+				cancel()
+				select {
+				case r := <-got:
+					if !errors.Is(r.err, context.Canceled) {
+						t.Fatalf("abandoned Acquire: %v, %v", r.lease, r.err)
+					}
+				case <-time.After(time.Second):
+					t.Fatal("Acquire did not return after its context was cancelled")
+				}
+			}
+			if err := proxy.Cut(); err != nil { // the held-back reply is lost
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if err := proxy.Restore(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.abandon {
+				eventually(t, 10*time.Second, "the abandoned znode deleted", func() bool {
+					return len(children(t, c, prefix, "k")) == 0
+				})
+				return
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("Acquire: %v", r.err)
+			}
+			defer r.lease.Release(ctx)
+			p := r.lease.(*zklock.Lease).Path()
+			if p != prefix+"/k/"+made[0] {
+				t.Fatalf("the lease's znode is %s, want the one the lost create made: %s", p, made[0])
+			}
+			_, st, err := c.Get(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uint64(r.lease.Token()) != uint64(st.Czxid) {
+				t.Fatalf("token %d, znode Czxid %d", r.lease.Token(), st.Czxid)
+			}
+			if q := children(t, c, prefix, "k"); len(q) != 1 {
+				t.Fatalf("queue %v: want only the adopted znode", q)
+			}
+		})
+	}
+}
+
+// The holder's connection is cut past its session timeout: its lease ends
+// at once (Done, then the guard's context), the next holder gets a larger
+// token once the server expired the session, and the cut holder's late
+// release leaves the new grant alone.
+func TestHolderCutOffPastSessionTimeout(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	proxy := servers.NewProxy(t, z.Addrs[0])
+	cutOff := newLocker(t, []string{proxy.Addr()}, prefix)
+	other := newLocker(t, z.Addrs, prefix)
+	const ttl = 2 * time.Second
+	var inner *zklock.Lease
+	g, err := guard.New(spy{cutOff, &inner}, guard.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	select {
+	case <-inner.Done():
+		t.Logf("zklock lease ended %v after the cut", time.Since(cut))
+	case <-time.After(ttl):
+		t.Fatal("lease not ended after the cut")
+	}
+	select {
+	case <-lease.Context().Done():
+		t.Logf("guard lease lost %v after the cut: %v", time.Since(cut), context.Cause(lease.Context()))
+	case <-time.After(ttl):
+		t.Fatalf("guard lease context still live %v after the cut", ttl)
+	}
+	next, err := other.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(cut); waited < ttl {
+		t.Fatalf("next holder got the lock %v after the cut, before the %v session could expire", waited, ttl)
+	}
+	if next.Token() <= lease.Token() {
+		t.Fatalf("next token %d not above the cut holder's %d", next.Token(), lease.Token())
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); !errors.Is(err, guard.ErrLost) {
+		t.Errorf("cut holder's release: %v, want its LostError", err)
+	}
+	// Also with the raw lease, once the cut locker has a session again.
+	eventually(t, 10*time.Second, "a new session", func() bool {
+		l, err := cutOff.TryAcquire(ctx, "other", ttl)
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+	if err := inner.Release(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("raw release of the cut grant: %v, want ErrNotHeld", err)
+	}
+	if err := next.Renew(ctx); err != nil {
+		t.Fatalf("new grant lost after the old holder's release: %v", err)
+	}
+	_ = next.Release(ctx)
+}
+
+// spy is a locker that records the last lease it granted.
+type spy struct {
+	l    *zklock.Locker
+	last **zklock.Lease
+}
+
+func (s spy) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	lease, err := s.l.Acquire(ctx, key, ttl)
+	if err == nil {
+		*s.last = lease.(*zklock.Lease)
+	}
+	return lease, err
+}
+
+func (s spy) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	lease, err := s.l.TryAcquire(ctx, key, ttl)
+	if err == nil {
+		*s.last = lease.(*zklock.Lease)
+	}
+	return lease, err
+}
+
+// The server restarts while a lease is held. The holder must give the lease
+// up (it cannot know whether its session survives); nobody else gets the
+// lock before it has; tokens keep growing; the old release is harmless.
+func TestServerRestartWhileHeld(t *testing.T) {
+	srv := servers.NewZooKeeper(t)
+	addrs := []string{srv.Addr()}
+	holder := newLocker(t, addrs, "/locks")
+	other := newLocker(t, addrs, "/locks")
+	const ttl = 6 * time.Second // long enough for the session to survive the restart
+	g, err := guard.New(holder, guard.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 2*time.Minute)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	select {
+	case <-lease.Context().Done():
+		t.Logf("lease lost %v after the stop: %v", time.Since(stopped), context.Cause(lease.Context()))
+	case <-time.After(ttl):
+		t.Fatal("lease context live while the server is down")
+	}
+	if err := srv.Start(false); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan locks.Lease, 1)
+	go func() {
+		next, err := other.Acquire(ctx, "k", ttl)
+		if err != nil {
+			t.Errorf("next holder: %v", err)
+			close(got)
+			return
+		}
+		got <- next
+	}()
+	// The holder's session probably survived the restart, and with it the
+	// znode: the release of the lost lease frees the lock.
+	time.Sleep(500 * time.Millisecond)
+	if err := lease.Release(ctx); !errors.Is(err, guard.ErrLost) {
+		t.Errorf("release of the lost lease: %v, want its LostError", err)
+	}
+	next, ok := <-got
+	if !ok {
+		return
+	}
+	if next.Token() <= lease.Token() {
+		t.Fatalf("token %d after the restart is not above %d", next.Token(), lease.Token())
+	}
+	if err := next.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's locker works again.
+	again, err := holder.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token() <= next.Token() {
+		t.Fatalf("token %d after %d", again.Token(), next.Token())
+	}
+	_ = again.Release(ctx)
+}
+
+// TTLs map onto session timeouts: one above the server's maximum is refused,
+// one below its minimum still ends at its TTL when not renewed, and each
+// distinct TTL costs a session, up to MaxSessions.
+func TestTTLMapping(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	ctx := ctxFor(t, time.Minute)
+	l, err := zklock.New(z.Addrs, zklock.Options{Prefix: prefix, Logger: quiet{}, MaxSessions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// The harness's server allows at most 60s.
+	if _, err := l.Acquire(ctx, "k", 61*time.Second); !errors.Is(err, locks.ErrInvalid) {
+		t.Fatalf("ttl above the maximum session timeout: %v, want ErrInvalid", err)
+	}
+
+	// 300ms, below the 1s minimum: the session lasts 1s, the lease 300ms.
+	const short = 300 * time.Millisecond
+	start := time.Now()
+	first, err := l.Acquire(ctx, "k", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took < short || took > short+time.Second {
+		t.Fatalf("the unrenewed %v lease held the lock for %v", short, took)
+	}
+	select {
+	case <-first.(*zklock.Lease).Done():
+	default:
+		t.Fatal("the lapsed lease is not Done")
+	}
+	if err := first.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Fatalf("Renew of the lapsed lease: %v", err)
+	}
+	_ = next.Release(ctx)
+
+	// Sessions so far: 300ms and 10s (the refused 61s one was closed).
+	lease, err := l.TryAcquire(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(ctx)
+	if _, err := l.TryAcquire(ctx, "k", 21*time.Second); !errors.Is(err, locks.ErrInvalid) {
+		t.Fatalf("a fourth TTL with MaxSessions 3: %v, want ErrInvalid", err)
+	}
+}
+
+func TestIssuedBoundsTokens(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	l := newLocker(t, z.Addrs, z.Chroot+"/locks")
+	other := newLocker(t, z.Addrs, z.Chroot+"/locks")
+	ctx := ctxFor(t, time.Minute)
+	if got, err := l.Issued(ctx, "never"); err != nil || got != 0 {
+		t.Fatalf("Issued before any lock = %d, %v; want 0", got, err)
+	}
+	var toks []uint64
+	for range 3 {
+		lease, err := l.Acquire(ctx, "k", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, uint64(lease.Token()))
+		// Asked through another session: the sync makes it see the grant.
+		got, err := other.Issued(ctx, "k")
+		if err != nil || uint64(got) < uint64(lease.Token()) {
+			t.Fatalf("Issued = %d, %v after granting %d", got, err, lease.Token())
+		}
+		_ = lease.Release(ctx)
+	}
+	if !slices.IsSorted(toks) {
+		t.Fatalf("tokens %v", toks)
+	}
+	got, err := l.Issued(ctx, "never")
+	if err != nil || got == 0 {
+		t.Fatalf("Issued for an unused key = %d, %v; want the prefix's Pzxid", got, err)
+	}
+	if _, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
+		t.Fatalf("Issued of the empty key: %v", err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		servers []string
+		o       zklock.Options
+	}{
+		{"no servers", nil, zklock.Options{}},
+		{"server without port", []string{"localhost"}, zklock.Options{}},
+		{"relative prefix", []string{"127.0.0.1:2181"}, zklock.Options{Prefix: "locks"}},
+		{"trailing slash", []string{"127.0.0.1:2181"}, zklock.Options{Prefix: "/locks/"}},
+		{"dot component", []string{"127.0.0.1:2181"}, zklock.Options{Prefix: "/a/../b"}},
+		{"negative MaxSessions", []string{"127.0.0.1:2181"}, zklock.Options{MaxSessions: -1}},
+	} {
+		if _, err := zklock.New(tc.servers, tc.o); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
+		}
+	}
+}
+
+// Close ends the leases it granted: closing a session deletes its znodes.
+func TestCloseEndsLeases(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	l := newLocker(t, z.Addrs, prefix)
+	c := inspect(t, z.Addrs)
+	ctx := ctxFor(t, time.Minute)
+	lease, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "k", 10*time.Second)
+		blocked <- err
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return len(children(t, c, prefix, "k")) == 2 })
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; !errors.Is(err, zklock.ErrClosed) {
+		t.Errorf("blocked Acquire after Close: %v, want ErrClosed", err)
+	}
+	select {
+	case <-lease.(*zklock.Lease).Done():
+	default:
+		t.Error("lease not Done after Close")
+	}
+	if err := lease.Release(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Release after Close: %v, want ErrNotHeld", err)
+	}
+	if q := children(t, c, prefix, "k"); len(q) != 0 {
+		t.Errorf("znodes left after Close: %v", q)
+	}
+	if _, err := l.TryAcquire(ctx, "k", time.Second); !errors.Is(err, zklock.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v", err)
+	}
+}
+
+func TestFence(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	c := inspect(t, z.Addrs)
+	f := zklock.NewFence(c, z.Chroot+"/fence")
+	ctx := ctxFor(t, time.Minute)
+	for i, s := range []struct {
+		tok   uint64
+		stale bool
+	}{
+		{5, false}, {5, false}, {4, true}, {10, false}, {9, true},
+		{18446744073709551615, false}, {18446744073709551614, true},
+	} {
+		err := f.Claim(ctx, "r/with slash", token.Token(s.tok))
+		var se *token.StaleError
+		if s.stale != errors.As(err, &se) || (!s.stale && err != nil) {
+			t.Fatalf("step %d: Claim(%d) = %v", i, s.tok, err)
+		}
+	}
+	if err := f.Claim(ctx, "fresh", 0); !errors.Is(err, token.ErrMissing) {
+		t.Errorf("zero token: %v", err)
+	}
+	if hw, _ := f.HighWater(ctx, "fresh"); hw != 0 {
+		t.Errorf("a refused claim wrote %d", hw)
+	}
+	// Concurrent claims from several connections: the final mark is the
+	// largest presented, and no claim is refused with a current below what
+	// it presented.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var top token.Token
+	for range 4 {
+		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		wg.Go(func() {
+			for range 25 {
+				tok := token.Token(1 + rand.IntN(1000))
+				err := f.Claim(ctx, "c", tok)
+				var se *token.StaleError
+				if err != nil && (!errors.As(err, &se) || se.Current <= tok) {
+					t.Errorf("Claim(%d): %v", tok, err)
+				}
+				mu.Lock()
+				top = max(top, tok)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if hw, err := f.HighWater(ctx, "c"); err != nil || hw != top {
+		t.Fatalf("high-water %d, %v; want %d", hw, err, top)
+	}
+}
+
+// With no server to reach, an acquire still ends with its context, and
+// Close still returns.
+func TestUnreachableServerHonoursContext(t *testing.T) {
+	l, err := zklock.New([]string{"127.0.0.1:1"}, zklock.Options{Logger: quiet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := l.Acquire(ctx, "k", time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire: %v, want DeadlineExceeded", err)
+	}
+	if late := time.Since(start) - 300*time.Millisecond; late > lockstest.CancelBound {
+		t.Errorf("Acquire returned %v after its deadline", late)
+	}
+	if _, err := l.Issued(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Issued: %v, want DeadlineExceeded", err)
+	}
+	start = time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+}
+
+// A waiter rides out a broken connection whose session survives, even when
+// its turn came while it was cut off: go-zookeeper sets its watch again on
+// reconnecting, and ZooKeeper fires it for the deletion it missed.
+func TestWaiterRidesOutBrokenConnection(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	prefix := z.Chroot + "/locks"
+	proxy := servers.NewProxy(t, z.Addrs[0])
+	waiter := newLocker(t, []string{proxy.Addr()}, prefix)
+	holder := newLocker(t, z.Addrs, prefix)
+	c := inspect(t, z.Addrs)
+	ctx := ctxFor(t, time.Minute)
+	const ttl = 8 * time.Second // the session must outlive the cut
+	held, err := holder.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var lease locks.Lease
+	go func() {
+		var err error
+		lease, err = waiter.Acquire(ctx, "k", ttl)
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, c, prefix, "k")) == 2 })
+	if err := proxy.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("waiter returned while cut off: %v", err)
+	default:
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not granted after the connection came back")
+	}
+	if lease.Token() <= held.Token() {
+		t.Fatalf("token %d after %d", lease.Token(), held.Token())
+	}
+	if q := children(t, c, prefix, "k"); len(q) != 1 || prefix+"/k/"+q[0] != lease.(*zklock.Lease).Path() {
+		t.Fatalf("queue %v, want only the waiter's znode", q)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
