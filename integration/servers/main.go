@@ -31,13 +31,14 @@ var mainCalled atomic.Bool
 
 // registry holds everything this process started, so Main can stop it.
 var registry struct {
-	mu       sync.Mutex
-	root     string               // per-process directory, created on first use
-	lock     *os.File             // flocked while this process lives
-	servers  map[*Server]struct{} // every live harness-started server
-	closers  []func() error       // shared non-process resources (embedded etcd, containers)
-	leakOpts []goleak.Option      // goroutines to tolerate (testcontainers' reaper)
-	stopping bool                 // Main's teardown has begun
+	mu        sync.Mutex
+	root      string               // per-process directory, created on first use
+	lock      *os.File             // flocked while this process lives
+	servers   map[*Server]struct{} // every live harness-started server
+	closers   []func() error       // shared non-process resources (embedded etcd, containers)
+	leakOpts  []goleak.Option      // goroutines to tolerate (testcontainers' reaper)
+	stopping  bool                 // Main's teardown has begun
+	toxiproxy bool                 // leakOpts tolerate toxiproxy's stuck stubs
 }
 
 // Main runs the package's tests, stops every server this package started and
