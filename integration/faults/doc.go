@@ -1,0 +1,124 @@
+// Package faults is fenceguard's fault-injection suite: real faults against
+// real servers, in the spirit of Jepsen's lock tests, checked by checkers
+// that can fail — and shown to, on every run, by a control with fencing off.
+// It is all tests; this file only documents it. docs/reliability.md keeps the
+// latest summary.
+//
+//	FENCEGUARD_REQUIRE_SERVERS=1 go test -race -run TestFaults -v ./integration/faults
+//
+// # Cells and runs
+//
+// A cell is one locker (memlock, redis, redlock, etcd, zk) under one nemesis
+// (below); the matrix holds every pair that applies (20 cells). A cell runs
+// 20 times by default. Every run exercises every enforcer at once, each on
+// its own copy of the run's two items:
+//
+//   - pg-column: storage/postgres column mode, the claim in the statement
+//     that reads or writes;
+//   - pg-tx: storage/postgres Tx, the claim in fence_tokens, then plain SQL
+//     in the same transaction;
+//   - http+pg: httpmw with the PostgreSQL Fence in front of a handler in
+//     column mode (the demo's setup, strong across processes);
+//   - http+mem, http+redis, http+etcd, http+zk: httpmw with
+//     token.MemoryFence, redislock.Fence, etcdlock.Fence or zklock.Fence and
+//     SerializePerKey, in front of items in the service's memory (strong
+//     within the one service process).
+//
+// Each enforcer's copy has a twin with fencing off, the control: the same
+// path without the claim (plain SELECT and UPDATE, a transaction without
+// Tx, the handler without the middleware), reached by the same clients under
+// the same lock in the same critical sections. So every control sees exactly
+// the schedule and the fault its fenced copy sees.
+//
+// An item has a stock (the inventory workload: a sale reads the stock and
+// writes it less one) and a value (the register workload: a critical section
+// reads it and writes a new, unique one, or only reads it). A client's
+// critical section locks the item, reads it in every copy, then writes every
+// copy it read.
+//
+// # Clients and the forced schedule
+//
+// Three clients: c1, the victim of every fault; c2, which takes its lock
+// over; c3, which works on the run's other item meanwhile. Each is a separate
+// process — the test binary, started again with its configuration in
+// FENCEGUARD_FAULTS_CLIENT, so TestMain runs it as a client — with its own
+// guard, locker and connections; only memlock's clients are goroutines of
+// the test process, since memlock is in-process. Clients report every access
+// (history.Access) and wait, where the schedule says so, for the
+// orchestrator's acknowledgement.
+//
+// A run: c2 and c3 sell a unit each; c1 locks the forced item, reads it in
+// every copy, and waits; the nemesis makes c1 lose its lock without it
+// noticing in time; c2 is granted the lock (the run fails if it never is,
+// or gets a token not above c1's); then, alternating from run to run:
+//
+//   - late write (even runs): c2 reads and writes; c1 writes what it computed
+//     before the fault — Kleppmann's paused client;
+//   - write between (odd runs): c2 reads; c1 writes; c2 writes. Fencing that
+//     checked only writes would accept c1's write here; only the claim on
+//     c2's read refuses it.
+//
+// c1 sends its write whatever its guard believes: a holder can be paused
+// after its last look at the lease context, so only the resource's check can
+// stop it, and the suite does not count on where a pause lands. Then the
+// fault is healed and all three clients run two more rounds of critical
+// sections of random kinds on both items. Every control therefore shows a
+// lost update in every run — certain, not likely — and the run fails if one
+// does not: a schedule that does not bite proves nothing.
+//
+// # Nemeses
+//
+//   - pause: c1's process is frozen with SIGSTOP (the orchestrator waits
+//     until the kernel shows it stopped), past its lease, until c2 has taken
+//     the lock; then SIGCONT.
+//   - kill: the lock server dies. Redis: SIGKILL, restart without its data
+//     (no persistence: locks and token counters lost). Redlock: c1 reaches
+//     only nodes 1-3 when it locks (its connections to 4 and 5 cut), nodes 2
+//     and 3 are killed and restarted empty, c2 takes nodes 2-5 — two holders
+//     at once, Kleppmann's case against Redlock. etcd: the leader of a
+//     three-member cluster, the only member c1 talks to, is killed; the
+//     others elect a new leader, which lets c1's lease expire; the member is
+//     restarted after. ZooKeeper: SIGKILL and restart with its data.
+//   - partition: c1's connections to the lock service, through an in-process
+//     toxiproxy, are cut, then restored.
+//   - delay: the lock service's replies to c1 are held back 3 TTLs.
+//   - clock: c1's guard clock stands still (a clock stepped back, again and
+//     again): no renewal, no local deadline, c1 believes its lease is live
+//     while the lock service counts real time. It runs again after c1's
+//     write.
+//
+// # Checks
+//
+// Every copy of every item is checked after every run (package
+// integration/internal/history): the stock never below zero and the units
+// sold equal to the stock that left; the value's history linearizable
+// (porcupine, critical sections as compare-and-sets); the tokens the copy
+// accepted never decreasing, in the copy's own order — a trigger's sequence
+// in PostgreSQL (accept_log), a counter under the store's mutex in memory —
+// not the clients' clocks — at each high-water mark on its own: http+pg has
+// two, the middleware's and the column's, checked one after the other, so a
+// request that passed the middleware may reach the row after a newer token
+// passed the middleware too; the column then orders them (an early run of
+// this suite flagged exactly that interleaving when the two were merged).
+// Besides: every fenced copy refused c1's stale
+// write as stale, and accepted c2's (a copy that refused everything would be
+// safe, and useless).
+//
+// # Output
+//
+// The summary table — per cell: runs, faults injected, and per enforcer the
+// runs with a violation with fencing on and off — is logged at the end
+// (go test -v) and, with -faults.doc, written into a Markdown file. A
+// violation with fencing on fails the test and writes, for the item, its
+// histories as JSON, a timeline picture (internal/timeline, as in the demo)
+// of the fenced copy and its control, and porcupine's visualization when the
+// value was not linearizable, under -faults.out, or the test's artifact
+// directory with -artifacts, or a new $TMPDIR/fenceguard-faults-<time>.
+//
+// Flags: -faults.runs (per cell), -faults.soak (keep every cell running for
+// a duration), -faults.cells (a regexp on "locker/nemesis"),
+// -faults.parallel (cells at once), -faults.keep (artifacts of the first
+// runs even without a violation, to look at), -faults.break (fence an
+// enforcer's writes only, to watch the suite catch it), -faults.out,
+// -faults.doc.
+package faults
