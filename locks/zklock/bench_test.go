@@ -5,6 +5,7 @@ package zklock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -123,4 +124,37 @@ func BenchmarkContended8(b *testing.B) {
 			lockbench.Contended(b, acquirers, 200*time.Microsecond)
 		})
 	}
+}
+
+// BenchmarkCompare runs the peers interleaved (see lockbench), so a noisy
+// machine moves both alike: one round is 50 uncontended cycles, or 100
+// critical sections by 8 sessions on one key, per peer. -benchtime Nx sets
+// the rounds.
+func BenchmarkCompare(b *testing.B) {
+	addr := benchServer(b)
+	mk := func(clients int) []lockbench.Peer {
+		var out []lockbench.Peer
+		for _, p := range zkPeers() {
+			peer := lockbench.Peer{Name: p.name}
+			for range clients {
+				peer.Acquirers = append(peer.Acquirers, p.mk(b, addr, fmt.Sprintf("cmp-%d", clients)))
+			}
+			out = append(out, peer)
+		}
+		return out
+	}
+	b.Run("uncontended", func(b *testing.B) {
+		c := benchConn(b, addr, 10*time.Second)
+		if _, err := c.Create("/bench-cmp-set", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			b.Fatal(err)
+		}
+		set := lockbench.Peer{Name: "zk-set", Acquirers: []lockbench.Acquirer{func(context.Context) (func(), error) {
+			_, err := c.Set("/bench-cmp-set", nil, -1)
+			return func() {}, err
+		}}}
+		lockbench.CompareUncontended(b, append(mk(1), set), 50)
+	})
+	b.Run("contended8", func(b *testing.B) {
+		lockbench.CompareContended(b, mk(8), 200*time.Microsecond, 100)
+	})
 }

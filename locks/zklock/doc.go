@@ -79,9 +79,9 @@
 // will survive: it may expire, and the lock be granted to another, before
 // the connection comes back. Every lease of the session is therefore lost
 // at once (ZooKeeper's and Curator's advice for a suspended connection):
-// [Lease.Done] is closed and Renew fails with [locks.ErrNotHeld] without a
-// request, so a guard learns of it at its next renewal, within a third of
-// the TTL. An expired session loses its leases too. When the session
+// [Lease.Done] (also [Lease.Lost], so package guard cancels the lease
+// context at once) is closed, and Renew fails with [locks.ErrNotHeld]
+// without a request. An expired session loses its leases too. When the session
 // survives, the lost lease's znode is still there: Release deletes it, or
 // the deadline does. Waiting acquires ride out a broken connection; they
 // start over when their session expired.

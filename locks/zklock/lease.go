@@ -103,7 +103,10 @@ const (
 	released
 )
 
-var _ locks.Lease = (*Lease)(nil)
+var (
+	_ locks.Lease        = (*Lease)(nil)
+	_ locks.LossNotifier = (*Lease)(nil)
+)
 
 // Key implements [locks.Lease].
 func (le *Lease) Key() string { return le.key }
@@ -132,6 +135,11 @@ func (le *Lease) Path() string { return le.path }
 // the locker closed. It is closed at once when the session reports the
 // loss, before any Renew would notice.
 func (le *Lease) Done() <-chan struct{} { return le.done }
+
+// Lost implements [locks.LossNotifier]: it is [Lease.Done], so a guard
+// cancels its lease context as soon as the session reports a broken
+// connection or an expiry, not at its next renewal.
+func (le *Lease) Lost() <-chan struct{} { return le.done }
 
 // lose ends a held lease. cleaned says the znode needs no deletion.
 func (le *Lease) lose(why error, cleaned bool) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,7 +333,12 @@ func TestHolderCutOffPastSessionTimeout(t *testing.T) {
 	}
 	select {
 	case <-lease.Context().Done():
-		t.Logf("guard lease lost %v after the cut: %v", time.Since(cut), context.Cause(lease.Context()))
+		cause := context.Cause(lease.Context())
+		t.Logf("guard lease lost %v after the cut: %v", time.Since(cut), cause)
+		// Through Lost (LossNotifier), not found out at the next renewal.
+		if cause == nil || !strings.Contains(cause.Error(), "reported by the lock service") {
+			t.Errorf("guard lease lost for %v, want the session's report", cause)
+		}
 	case <-time.After(ttl):
 		t.Fatalf("guard lease context still live %v after the cut", ttl)
 	}
