@@ -120,6 +120,9 @@ func (*zkKind) prepare(ctx context.Context, s *Server) error {
 	if err := os.MkdirAll(s.dataDir(), 0o755); err != nil {
 		return err
 	}
+	// Every client connects from 127.0.0.1: lift ZooKeeper's default cap of
+	// 60 connections per address (maxClientCnxns), which a test with many
+	// clients reaches, and past which new connections hang in retries.
 	cfg := fmt.Sprintf(`tickTime=500
 minSessionTimeout=1000
 maxSessionTimeout=60000
@@ -129,6 +132,7 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok,mntr,envi
 forceSync=no
+maxClientCnxns=0
 `, s.dataDir(), s.port)
 	const log4j = `log4j.rootLogger=INFO, CONSOLE
 log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender

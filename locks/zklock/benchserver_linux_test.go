@@ -44,7 +44,7 @@ func benchServer(b *testing.B) string {
 	_ = ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	cfg := fmt.Sprintf("tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir=%s\n"+
-		"clientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\nforceSync=yes\n",
+		"clientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\nforceSync=yes\nmaxClientCnxns=0\n",
 		filepath.Join(dir, "data"), port)
 	if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
 		b.Fatal(err)
