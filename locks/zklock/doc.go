@@ -29,10 +29,12 @@
 // (waiting at most 50ms; then in the background), so it holds up nobody.
 //
 // Keys' znodes are containers: ZooKeeper removes one about a minute after
-// its last child went. The sequence number ZooKeeper appends is a 32-bit
-// counter of its parent; were it to wrap — 2³¹ grants of one key without
-// the key ever being idle for a minute — the queue order would break for
-// the grants around the wrap (the tokens would not).
+// its last child went. The sequence number ZooKeeper appends is a signed
+// 32-bit counter of its parent, bumped by every create and delete of a
+// child; it goes negative after 2³¹ of them. The queue compares sequence
+// numbers across that wrap (serial number arithmetic), which holds as long
+// as one queue's live znodes span fewer than 2³¹ changes — always, in
+// practice. The tokens never depend on it.
 //
 // # Tokens
 //

@@ -141,8 +141,12 @@ func (le *Lease) Done() <-chan struct{} { return le.done }
 // connection or an expiry, not at its next renewal.
 func (le *Lease) Lost() <-chan struct{} { return le.done }
 
-// lose ends a held lease. cleaned says the znode needs no deletion.
+// lose ends a held lease. cleaned says the znode needs no deletion: the
+// lease is then done with its session too.
 func (le *Lease) lose(why error, cleaned bool) {
+	if cleaned {
+		defer le.s.unregister(le) // after le.mu: the session's lock is never taken inside it
+	}
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if cleaned {
@@ -257,6 +261,11 @@ func (le *Lease) Renew(ctx context.Context) error {
 func (le *Lease) Release(ctx context.Context) error {
 	le.op.Lock()
 	defer le.op.Unlock()
+	return le.release(ctx)
+}
+
+// release is Release with le.op held.
+func (le *Lease) release(ctx context.Context) error {
 	le.mu.Lock()
 	switch le.state {
 	case released:
@@ -278,8 +287,13 @@ func (le *Lease) Release(ctx context.Context) error {
 	s := le.s
 	if v := s.view(); !v.up || v.id != le.owner {
 		le.lose(errDisconnected, false)
-		return le.Release(ctx)
+		return le.release(ctx)
 	}
+	// From here the znode may be gone whatever the reply says: a lost
+	// reply or an abandoned call makes a later NoNode this delete's doing.
+	le.mu.Lock()
+	le.uncertain = true
+	le.mu.Unlock()
 	_, err := call(ctx, s.l, func() (struct{}, error) { return struct{}{}, s.conn.Delete(le.path, -1) }, nil, 0)
 	switch {
 	case err == nil || (errors.Is(err, zk.ErrNoNode) && uncertain):
@@ -296,10 +310,11 @@ func (le *Lease) Release(ctx context.Context) error {
 	case errors.Is(err, zk.ErrNoNode):
 		le.lose(errGone, true)
 		return le.notHeld("release", errGone)
-	case transient(err):
-		le.mu.Lock()
-		le.uncertain = true
-		le.mu.Unlock()
+	case ctx.Err() != nil:
+		// The delete goes on without us: the grant can no longer be known
+		// held, so the lease ends now (Done, Lost). The deadline, or
+		// another Release, removes the znode should the delete not land.
+		le.lose(fmt.Errorf("release abandoned: %w", ctx.Err()), false)
 	}
 	return fmt.Errorf("zklock: release %q: %w", le.key, err)
 }

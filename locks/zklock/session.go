@@ -395,6 +395,9 @@ func (s *session) removeNode(path string, owner int64) {
 // an attempt whose create lost its reply, if the create was applied.
 func (s *session) removeAttempt(dir, prefix string, owner int64) {
 	s.retry(owner, func(c *zk.Conn) error {
+		if _, err := c.Sync(dir); err != nil && !errors.Is(err, zk.ErrNoNode) { // see attempt.find
+			return err
+		}
 		children, _, err := c.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil

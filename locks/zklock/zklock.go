@@ -404,7 +404,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	// The random part names this try: when a create's reply is lost, the
 	// znode it may have made is found by it (ZooKeeper's "protected" create).
 	a.prefix = rand.Text() + "-"
-	n, sent, first, err := a.create(ctx, v)
+	n, sent, first, err := a.create(ctx, &v)
 	if err != nil {
 		return nil, err
 	}
@@ -431,10 +431,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 // key's znode's data: the reply to that carries the transaction's zxid (the
 // new znode's Czxid: the token) and the number of children (1: the lock is
 // ours), so an uncontended acquire takes one round trip. first reports that
-// the znode was the only child, in epoch v.epoch, with sent the time the
-// request went out.
-func (a *attempt) create(ctx context.Context, v view) (n node, sent time.Time, first bool, err error) {
-	s := a.s
+// the znode was the only child, in epoch vp.epoch (updated when the session
+// came back in between), with sent the time the request went out.
+func (a *attempt) create(ctx context.Context, vp *view) (n node, sent time.Time, first bool, err error) {
+	s, v := a.s, *vp
+	defer func() { *vp = v }() // the epoch the reply came in, after a reconnect
 	for i := 0; ; i++ {
 		sent = time.Now()
 		res, err := s.conn.Multi(
@@ -478,6 +479,14 @@ func (a *attempt) create(ctx context.Context, v view) (n node, sent time.Time, f
 // find looks for the attempt's znode after a create whose reply was lost.
 func (a *attempt) find(ctx context.Context) (node, bool, error) {
 	children, err := run(a.s, func(c *zk.Conn) ([]string, error) {
+		// The server this session reconnected to may lag the leader, and
+		// the create may still be on its way: sync first, so the listing
+		// shows it if it was applied. Else a second create would follow,
+		// and the first znode, kept alive by the live session, block the
+		// key.
+		if _, err := c.Sync(a.dir); err != nil {
+			return nil, err
+		}
 		ch, _, err := c.Children(a.dir)
 		return ch, err
 	})
@@ -643,15 +652,18 @@ func (a *attempt) pause(ctx context.Context, v view) {
 }
 
 // predecessor returns the child just before name in sequence order, and
-// whether that child is the first one (the holder).
+// whether that child is the first one (the holder). Sequence numbers are
+// compared with wrap-around (serial number) arithmetic: ZooKeeper's counter
+// is a signed 32-bit number that goes negative after 2³¹ changes of the
+// key's children, and the live znodes of one queue are always within a far
+// smaller window of it.
 func predecessor(children []string, name string) (pred string, head, found bool) {
 	my, ok := seq(name)
 	if !ok {
 		return "", false, false
 	}
-	var best int64
-	var first = true
-	var lowest int64
+	var best, lowest int32
+	first := true
 	for _, c := range children {
 		q, ok := seq(c)
 		if !ok {
@@ -660,22 +672,33 @@ func predecessor(children []string, name string) (pred string, head, found bool)
 		if c == name {
 			found = true
 		}
-		if first || q < lowest {
+		if first || before(q, lowest) {
 			lowest, first = q, false
 		}
-		if q < my && (pred == "" || q > best) {
+		if before(q, my) && (pred == "" || before(best, q)) {
 			pred, best = c, q
 		}
 	}
 	return pred, pred != "" && best == lowest, found
 }
 
+// before orders sequence numbers across the counter's wrap.
+func before(a, b int32) bool { return int32(uint32(a)-uint32(b)) < 0 }
+
 // seq parses the sequence number ZooKeeper appends to a sequential znode's
-// name: ten digits (a sign and nine once the parent's counter wrapped).
-func seq(name string) (int64, bool) {
-	if len(name) < 10 {
+// name: "%010d" of a signed 32-bit counter, so ten digits, or a sign and
+// nine or ten digits once it wrapped. Names here are a random part of
+// letters and digits, a '-', then the number.
+func seq(name string) (int32, bool) {
+	num := name
+	if i := strings.IndexByte(name, '-'); i >= 0 {
+		num = name[i+1:]
+	} else if len(name) >= 10 {
+		num = name[len(name)-10:]
+	}
+	if len(num) < 10 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(name[len(name)-10:], 10, 32)
-	return n, err == nil
+	n, err := strconv.ParseInt(num, 10, 32)
+	return int32(n), err == nil
 }
