@@ -1,7 +1,6 @@
 package servers
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -25,9 +24,18 @@ import (
 //
 // Faults apply to open connections and new ones alike, and stay until
 // [Proxy.Restore]. Methods are safe for concurrent use.
+//
+// Restore never takes a fault off live connections: toxiproxy (v2.5) can
+// hang removing a toxic from a link whose far end stopped reading — the
+// toxic flushes its last chunk into a channel nobody drains, while holding
+// the lock every new connection needs. Restore instead closes the faulty
+// proxy's connections and starts a fresh proxy on the same address, so
+// clients reconnect to a clean path.
 type Proxy struct {
 	mu    sync.Mutex // serializes fault changes
+	api   *toxiproxy.ApiServer
 	proxy *toxiproxy.Proxy
+	dirty bool // the current proxy has had toxics
 }
 
 // NewProxy starts a proxy to upstream (host:port) for the calling test; it is
@@ -66,7 +74,7 @@ func newProxy(upstream string) (*Proxy, error) {
 		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(pt[0]))
 		px := toxiproxy.NewProxy(api, "fg-"+strconv.Itoa(pt[0]), listen, upstream)
 		if err = px.Start(); err == nil {
-			return &Proxy{proxy: px}, nil
+			return &Proxy{api: api, proxy: px}, nil
 		}
 		if !ports.InUse(err.Error()) {
 			break
@@ -95,17 +103,20 @@ func (p *Proxy) Cut() error {
 }
 
 // Restore removes every fault and accepts connections again, on the same
-// address.
+// address. Connections that went through a fault are closed (see [Proxy]);
+// with no fault in place it changes nothing.
 func (p *Proxy) Restore() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.proxy.Toxics.ResetToxics(context.Background())
-	if p.proxy.Enabled {
+	if p.proxy.Enabled && !p.dirty {
 		return nil
 	}
-	if err := p.proxy.Start(); err != nil {
+	p.proxy.Stop()
+	px := toxiproxy.NewProxy(p.api, p.proxy.Name, p.proxy.Listen, p.proxy.Upstream)
+	if err := px.Start(); err != nil {
 		return fmt.Errorf("servers: restoring proxy on %s: %w", p.proxy.Listen, err)
 	}
+	p.proxy, p.dirty = px, false
 	return nil
 }
 
@@ -136,10 +147,12 @@ func (p *Proxy) toxic(typ, stream, attrs string) error {
 	defer p.mu.Unlock()
 	name := typ + "_" + stream
 	tc := p.proxy.Toxics
-	if tc.GetToxic(name) != nil {
-		if err := tc.RemoveToxic(context.Background(), name); err != nil {
-			return fmt.Errorf("servers: proxy: %w", err)
+	p.dirty = true
+	if tc.GetToxic(name) != nil { // updated in place; see Proxy on removal
+		if _, err := tc.UpdateToxicJson(name, strings.NewReader(fmt.Sprintf(`{"toxicity": 1, "attributes": %s}`, attrs))); err != nil {
+			return fmt.Errorf("servers: proxy: %s toxic: %w", typ, err)
 		}
+		return nil
 	}
 	js := fmt.Sprintf(`{"name": %q, "type": %q, "stream": %q, "toxicity": 1, "attributes": %s}`, name, typ, stream, attrs)
 	if _, err := tc.AddToxicJson(strings.NewReader(js)); err != nil {
@@ -148,12 +161,11 @@ func (p *Proxy) toxic(typ, stream, attrs string) error {
 	return nil
 }
 
-// Close removes the faults, closes all connections and stops listening.
+// Close closes all connections and stops listening.
 // NewProxy's cleanup calls it; calling it again is harmless.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.proxy.Toxics.ResetToxics(context.Background())
-	p.proxy.Stop()
+	p.proxy.Stop() // closes every connection; toxics go with the proxy
 	return nil
 }
