@@ -91,6 +91,8 @@
 // # Errors
 //
 // Besides the errors of package locks: [ErrClosed] after [Locker.Close];
+// [ErrNoSession] from TryAcquire and Issued when no session came up within
+// Options.SessionWait (Acquire waits as long as its context allows);
 // connection and server errors come back wrapped, and mean the state of the
 // lock is unknown. The [locks.ErrNotHeld] of a lease says why it was lost.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -89,3 +90,42 @@ func TestReleaseWhileSessionDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With no ensemble to reach, TryAcquire and Issued give up after
+// SessionWait with ErrNoSession, even with a context that never ends;
+// Acquire waits as long as its context allows.
+func TestNoSessionWithinSessionWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	l, err := New([]string{addr}, Options{SessionWait: 300 * time.Millisecond, Logger: discard{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Now()
+	if _, err := l.TryAcquire(context.Background(), "k", 500*time.Millisecond); !errors.Is(err, ErrNoSession) {
+		t.Errorf("TryAcquire: %v, want ErrNoSession", err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("TryAcquire gave up after %v, before its TTL", took)
+	}
+	if _, err := l.Issued(context.Background(), "k"); !errors.Is(err, ErrNoSession) {
+		t.Errorf("Issued: %v, want ErrNoSession", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, "k", 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire: %v, want its context's deadline", err)
+	}
+	if _, err := New([]string{addr}, Options{SessionWait: -time.Second}); !errors.Is(err, locks.ErrInvalid) {
+		t.Errorf("negative SessionWait: %v, want ErrInvalid", err)
+	}
+}
+
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}

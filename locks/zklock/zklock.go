@@ -28,6 +28,11 @@ const MinTTL = 100 * time.Millisecond
 // ended.
 var ErrClosed = errors.New("zklock: locker closed")
 
+// ErrNoSession is returned by TryAcquire and Issued when no session with
+// the ensemble came up within Options.SessionWait: they make one attempt,
+// and do not wait for an unreachable ensemble as Acquire does.
+var ErrNoSession = errors.New("zklock: no ZooKeeper session")
+
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
 	// Prefix is the znode under which the locker keeps one child per key.
@@ -54,6 +59,13 @@ type Options struct {
 	// locker opens. An acquire with yet another TTL fails with
 	// [locks.ErrInvalid]. Default 8.
 	MaxSessions int
+
+	// SessionWait bounds how long TryAcquire and Issued wait for a session
+	// to come up (a first connection, or a reconnect after a break) before
+	// they fail with [ErrNoSession], whatever their context allows.
+	// TryAcquire waits at least its TTL. Acquire waits as long as its
+	// context allows. Default 5s.
+	SessionWait time.Duration
 }
 
 // Auth is a credential for zk.Conn.AddAuth, e.g. {"digest", []byte("user:pw")}.
@@ -109,6 +121,12 @@ func New(servers []string, o Options) (*Locker, error) {
 	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 8
+	}
+	if o.SessionWait == 0 {
+		o.SessionWait = 5 * time.Second
+	}
+	if o.SessionWait < 0 {
+		return nil, fmt.Errorf("%w: SessionWait %v", locks.ErrInvalid, o.SessionWait)
 	}
 	if o.MaxSessions < 0 {
 		return nil, fmt.Errorf("%w: MaxSessions %d", locks.ErrInvalid, o.MaxSessions)
@@ -258,7 +276,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: empty key", locks.ErrInvalid)
 	}
-	s, _, err := l.anySession(ctx)
+	s, _, err := boundedSession(ctx, l.o.SessionWait, l.anySession)
 	if err != nil {
 		return 0, fmt.Errorf("zklock: issued %q: %w", key, err)
 	}
@@ -302,8 +320,23 @@ func (l *Locker) anySession(ctx context.Context) (*session, view, error) {
 	return l.session(ctx, 10*time.Second)
 }
 
+// boundedSession runs get (which waits for a session) for at most wait,
+// and reports running out of it as [ErrNoSession] rather than as the
+// caller's context ending.
+func boundedSession(ctx context.Context, wait time.Duration, get func(context.Context) (*session, view, error)) (*session, view, error) {
+	bctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	s, v, err := get(bctx)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+		return nil, view{}, fmt.Errorf("%w within %v", ErrNoSession, wait)
+	}
+	return s, v, err
+}
+
 // TryAcquire implements [locks.Locker]. It reads the key's znode first and
-// writes nothing while the lock is held or waited for.
+// writes nothing while the lock is held or waited for. It waits for a
+// session at most Options.SessionWait (at least the TTL), then fails with
+// [ErrNoSession].
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	return l.acquire(ctx, key, ttl, false)
 }
@@ -381,7 +414,15 @@ type node struct {
 }
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
-	s, v, err := a.l.session(ctx, a.ttl)
+	get := func(ctx context.Context) (*session, view, error) { return a.l.session(ctx, a.ttl) }
+	var s *session
+	var v view
+	var err error
+	if a.wait {
+		s, v, err = get(ctx)
+	} else {
+		s, v, err = boundedSession(ctx, max(a.l.o.SessionWait, a.ttl), get)
+	}
 	if err != nil {
 		return nil, err
 	}
