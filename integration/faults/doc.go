@@ -64,7 +64,12 @@
 // fault is healed and all three clients run two more rounds of critical
 // sections of random kinds on both items. Every control therefore shows a
 // lost update in every run — certain, not likely — and the run fails if one
-// does not: a schedule that does not bite proves nothing.
+// does not: a schedule that does not bite proves nothing. The one exception
+// is a control whose forced writes did not both complete (an access timed
+// out or failed): it cannot show the lost update, so the run is counted as
+// inconclusive for that enforcer, logged with both writes, and shown in the
+// summary's note; more than a tenth of a cell's runs inconclusive fails the
+// cell.
 //
 // # Nemeses
 //

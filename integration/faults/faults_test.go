@@ -128,6 +128,11 @@ func runCell(t *testing.T, spec cellSpec, st *cellStats, out *artifacts) {
 		st.Runs++
 		c.judge(t, res, st)
 	}
+	for _, e := range c.enforcers {
+		if es := st.Enf[e]; es.Inconclusive*10 > es.Runs {
+			t.Errorf("%s: %d of %d runs left %s's control inconclusive (a forced write did not complete): too few runs proved anything", spec, es.Inconclusive, es.Runs, e)
+		}
+	}
 }
 
 // errFatal marks a run failure the cell cannot go on after.
@@ -175,7 +180,15 @@ func (c *cell) judge(t *testing.T, res *runResult, st *cellStats) {
 			c.out.write(t, res, e, true)
 		}
 		if !er.controlForced {
-			t.Errorf("run %d (%s): %s's control shows no violation on the forced item: the schedule did not bite, so this run proved nothing", r.n, r.variant, e)
+			vw, tw := er.controlVictimWrite, er.controlTakerWrite
+			if vw != nil && vw.Result == history.OK && tw != nil && tw.Result == history.OK {
+				t.Errorf("run %d (%s): %s's control shows no violation on the forced item although both forced writes landed: the schedule did not bite, so this run proved nothing\n\tvictim's write: %+v\n\ttaker's write: %+v",
+					r.n, r.variant, e, vw, tw)
+			} else {
+				es.Inconclusive++
+				t.Logf("run %d (%s): %s's control inconclusive: a forced write to it did not complete\n\tvictim's write: %+v\n\ttaker's write: %+v",
+					r.n, r.variant, e, vw, tw)
+			}
 		}
 		if !er.refused && e != c.broken {
 			t.Errorf("run %d (%s): %s did not refuse c1's stale write as stale: %+v", r.n, r.variant, e, er.staleWrite)

@@ -338,7 +338,10 @@ type enforcerResult struct {
 	refused         bool                // the fenced copy refused the victim's stale write
 	staleWrite      *history.Access     // the victim's write to the fenced copy of the forced item
 	takerWrite      *history.Access     // the taker's write to it, which must be accepted
-	honestRefusals  int                 // accesses of the fenced copies refused other than the victim's forced ones
+	// The victim's and the taker's writes to the control's forced item:
+	// the control can show the lost update only when both completed.
+	controlVictimWrite, controlTakerWrite *history.Access
+	honestRefusals                        int // accesses of the fenced copies refused other than the victim's forced ones
 }
 
 // runResult is what one run showed.
@@ -396,6 +399,14 @@ func (r *run) check(ctx context.Context) (*runResult, error) {
 				er.refused = a.Result == history.Stale
 			case a.Op == r.takerOp && a.Kind == history.Write:
 				er.takerWrite = &a
+			}
+		}
+		for _, a := range acc[copyName(e, false)+"|"+r.items[0]] {
+			switch {
+			case a.Op == r.victimOp && a.Kind == history.Write:
+				er.controlVictimWrite = &a
+			case a.Op == r.takerOp && a.Kind == history.Write:
+				er.controlTakerWrite = &a
 			}
 		}
 		for _, it := range r.items {

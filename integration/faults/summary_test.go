@@ -28,8 +28,24 @@ type cellStats struct {
 // the fenced copy refused the victim's stale write, and the other accesses
 // it refused: holders that lost their lease on their own (a slow renewal on
 // a busy machine), refused safely.
+//
+// Inconclusive counts the runs whose control could not show the forced
+// lost update because one of the two forced writes to it did not complete
+// (a timeout, an error): not evidence either way, so not counted as a
+// biting control; a cell fails when more than a tenth of its runs are.
 type enforcerStats struct {
-	Runs, Fenced, Control, Refused, HonestRefusals int
+	Runs, Fenced, Control, Refused, HonestRefusals, Inconclusive int
+}
+
+// inconclusive names the enforcers with inconclusive controls, for the note.
+func (c *cellStats) inconclusive() string {
+	var n []string
+	for _, e := range allEnforcers {
+		if es := c.Enf[e]; es != nil && es.Inconclusive > 0 {
+			n = append(n, fmt.Sprintf("%s %d", e, es.Inconclusive))
+		}
+	}
+	return strings.Join(n, ", ")
 }
 
 func newCellStats(spec cellSpec) *cellStats {
@@ -95,6 +111,9 @@ func (c *cellStats) note() string {
 	var n []string
 	if c.Errors > 0 {
 		n = append(n, fmt.Sprintf("%d runs failed", c.Errors))
+	}
+	if inc := c.inconclusive(); inc != "" {
+		n = append(n, "controls inconclusive: "+inc)
 	}
 	if c.Failed {
 		n = append(n, "FAILED")
