@@ -10,41 +10,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func TestMemoryFenceClaim(t *testing.T) {
-	ctx := context.Background()
-	var f token.MemoryFence
-	steps := []struct {
-		tok   token.Token
-		stale bool
-		high  token.Token
-	}{
-		{5, false, 5},
-		{5, false, 5}, // the same holder, a second access
-		{4, true, 5},  // an older holder
-		{9, false, 9}, // a newer holder claims
-		{5, true, 9},
-		{8, true, 9},
-		{9, false, 9},
-	}
-	for i, s := range steps {
-		err := f.Claim(ctx, "k", s.tok)
-		var se *token.StaleError
-		switch {
-		case s.stale && !errors.As(err, &se):
-			t.Fatalf("step %d: Claim(%d) = %v, want a StaleError", i, s.tok, err)
-		case s.stale && (se.Current != s.high || se.Presented != s.tok || se.Resource != "k"):
-			t.Fatalf("step %d: StaleError %+v, want current %d", i, se, s.high)
-		case !s.stale && err != nil:
-			t.Fatalf("step %d: Claim(%d) = %v, want accepted", i, s.tok, err)
-		}
-		if got := f.HighWater("k"); got != s.high {
-			t.Fatalf("step %d: high-water %d, want %d", i, got, s.high)
-		}
-	}
-	if got := f.HighWater("other"); got != 0 {
-		t.Errorf("unclaimed key has high-water %d", got)
-	}
-}
+// The contract of Fence is checked by token/fencetest (its own tests run it
+// on MemoryFence); these are what is particular to MemoryFence.
 
 func TestMemoryFenceBadInput(t *testing.T) {
 	ctx := context.Background()

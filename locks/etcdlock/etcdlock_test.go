@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }
@@ -326,52 +326,10 @@ func TestIssuedBoundsTokens(t *testing.T) {
 	}
 }
 
-func TestFence(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
-	c := newClient(t, d.Endpoints)
-	f := etcdlock.NewFence(c, d.Prefix+"fence/")
-	ctx := ctxFor(t, time.Minute)
-	for i, s := range []struct {
-		tok   token.Token
-		stale bool
-	}{
-		{5, false}, {5, false}, {4, true}, {10, false}, {9, true},
-		{18446744073709551615, false}, {18446744073709551614, true},
-	} {
-		err := f.Claim(ctx, "r", s.tok)
-		var se *token.StaleError
-		if s.stale != errors.As(err, &se) || (!s.stale && err != nil) {
-			t.Fatalf("step %d: Claim(%d) = %v", i, s.tok, err)
-		}
-	}
-	if err := f.Claim(ctx, "fresh", 0); !errors.Is(err, token.ErrMissing) {
-		t.Errorf("zero token: %v", err)
-	}
-	if hw, _ := f.HighWater(ctx, "fresh"); hw != 0 {
-		t.Errorf("a refused claim wrote %d", hw)
-	}
-	// Concurrent claims: the final mark is the largest presented, and no
-	// claim is refused with a current below what it presented.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var top token.Token
-	for range 8 {
-		wg.Go(func() {
-			for range 30 {
-				tok := token.Token(1 + rand.IntN(1000))
-				err := f.Claim(ctx, "c", tok)
-				var se *token.StaleError
-				if err != nil && (!errors.As(err, &se) || se.Current <= tok) {
-					t.Errorf("Claim(%d): %v", tok, err)
-				}
-				mu.Lock()
-				top = max(top, tok)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if hw, err := f.HighWater(ctx, "c"); err != nil || hw != top {
-		t.Fatalf("high-water %d, %v; want %d", hw, err, top)
-	}
+func TestFenceConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+		d := servers.EtcdEmbedded(t)
+		f := etcdlock.NewFence(newClient(t, d.Endpoints), d.Prefix+"fence/")
+		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
+	})
 }

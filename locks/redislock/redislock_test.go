@@ -17,6 +17,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }
@@ -386,39 +387,14 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 	}
 }
 
-func TestFenceClaims(t *testing.T) {
-	db := servers.Redis(t)
-	c := newClient(t, db.Addr)
-	f := redislock.NewFence(c, db.Prefix)
-	ctx := ctxFor(t, time.Minute)
-	for i, s := range []struct {
-		tok   token.Token
-		stale bool
-	}{
-		{5, false}, {5, false}, {4, true}, {10, false}, {9, true},
-		// Beyond 2^53 Lua doubles cannot tell these apart; strings can.
-		{9007199254740993, false}, {9007199254740992, true},
-		{18446744073709551615, false}, {18446744073709551614, true},
-	} {
-		err := f.Claim(ctx, "r", s.tok)
-		var se *token.StaleError
-		if s.stale != errors.As(err, &se) || (!s.stale && err != nil) {
-			t.Fatalf("step %d: Claim(%d) = %v, stale want %v", i, s.tok, err, s.stale)
-		}
-	}
-	if hw, err := f.HighWater(ctx, "r"); err != nil || hw != 18446744073709551615 {
-		t.Fatalf("HighWater = %d, %v", hw, err)
-	}
-	// Bad input is refused and writes nothing.
-	if err := f.Claim(ctx, "fresh", 0); !errors.Is(err, token.ErrMissing) {
-		t.Errorf("zero token: %v", err)
-	}
-	if err := f.Claim(ctx, "", 1); !errors.Is(err, token.ErrNoResource) {
-		t.Errorf("empty resource: %v", err)
-	}
-	if hw, _ := f.HighWater(ctx, "fresh"); hw != 0 {
-		t.Errorf("a refused claim wrote high-water %d", hw)
-	}
+// The contract, with tokens beyond 2^53 (where Lua's doubles could not tell
+// neighbours apart; the script compares strings).
+func TestFenceConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+		db := servers.Redis(t)
+		f := redislock.NewFence(newClient(t, db.Addr), db.Prefix)
+		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
+	})
 }
 
 // Concurrent claims with random tokens from several clients. For every

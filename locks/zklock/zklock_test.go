@@ -18,6 +18,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }
@@ -614,33 +615,31 @@ func TestCloseEndsLeases(t *testing.T) {
 	}
 }
 
-func TestFence(t *testing.T) {
+func TestFenceConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+		z := servers.ZooKeeper(t)
+		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
+	})
+}
+
+// Any string is a resource ('/' included), and claims from several
+// connections, each its own session, race on one znode's version: the final
+// mark is the largest presented, and no claim is refused with a current
+// below what it presented.
+func TestFenceAcrossConnections(t *testing.T) {
 	z := servers.ZooKeeper(t)
-	c := inspect(t, z.Addrs)
-	f := zklock.NewFence(c, z.Chroot+"/fence")
+	f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
 	ctx := ctxFor(t, time.Minute)
-	for i, s := range []struct {
-		tok   uint64
-		stale bool
-	}{
-		{5, false}, {5, false}, {4, true}, {10, false}, {9, true},
-		{18446744073709551615, false}, {18446744073709551614, true},
-	} {
-		err := f.Claim(ctx, "r/with slash", token.Token(s.tok))
-		var se *token.StaleError
-		if s.stale != errors.As(err, &se) || (!s.stale && err != nil) {
-			t.Fatalf("step %d: Claim(%d) = %v", i, s.tok, err)
-		}
+	if err := f.Claim(ctx, "r/with slash", 5); err != nil {
+		t.Fatal(err)
 	}
-	if err := f.Claim(ctx, "fresh", 0); !errors.Is(err, token.ErrMissing) {
-		t.Errorf("zero token: %v", err)
+	if hw, err := f.HighWater(ctx, "r/with slash"); err != nil || hw != 5 {
+		t.Fatalf("high-water of r/with slash: %d, %v", hw, err)
 	}
-	if hw, _ := f.HighWater(ctx, "fresh"); hw != 0 {
-		t.Errorf("a refused claim wrote %d", hw)
+	if hw, err := f.HighWater(ctx, "r"); err != nil || hw != 0 {
+		t.Fatalf("r/with slash is not r's child: high-water of r %d, %v", hw, err)
 	}
-	// Concurrent claims from several connections: the final mark is the
-	// largest presented, and no claim is refused with a current below what
-	// it presented.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var top token.Token
