@@ -50,7 +50,7 @@ func checkKey(key string) error {
 // /sku/42; both name the same resource and must meet the same high-water,
 // or a stale holder could slip past the fence by spelling the path
 // differently. Handlers must name the resource the same way: take the key
-// from [token.FromContext], or unescape chi.URLParam alike.
+// from [token.FromContext], or the value from [ChiValue].
 //
 // Mount the middleware where chi has already matched the parameter: on the
 // route (Router.With) or inside Router.Route for the pattern that has it —
@@ -60,27 +60,39 @@ func checkKey(key string) error {
 func ChiParam(name string) func(*http.Request) (string, error) {
 	keys := newKeyCache(name + ":")
 	return func(r *http.Request) (string, error) {
-		rctx := chi.RouteContext(r.Context())
-		if rctx == nil {
-			return "", fmt.Errorf("httpmw: ChiParam(%q): request not routed by chi", name)
-		}
-		v := rctx.URLParam(name)
-		if v == "" && !slices.Contains(rctx.URLParams.Keys, name) {
-			return "", fmt.Errorf("httpmw: ChiParam(%q): the route has no {%s} parameter; mount the middleware on the route (With, or Use inside Route), not above the router that matches it", name, name)
-		}
-		if r.URL != nil && r.URL.RawPath != "" {
-			// chi routed on the escaped path, so v is still escaped.
-			u, err := url.PathUnescape(v)
-			if err != nil {
-				return "", fmt.Errorf("httpmw: ChiParam(%q): %w", name, err)
-			}
-			v = u
-		}
-		if v == "" {
-			return "", fmt.Errorf("httpmw: ChiParam(%q): empty value", name)
+		v, err := ChiValue(r, name)
+		if err != nil {
+			return "", err
 		}
 		return keys.key(v), nil
 	}
+}
+
+// ChiValue returns the route's {name} parameter unescaped exactly as
+// [ChiParam] does, so a handler that names the item by it names the
+// resource the middleware claimed: chi's value is still escaped when the
+// request URL has an escaped form (RawPath), and already plain otherwise.
+func ChiValue(r *http.Request, name string) (string, error) {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return "", fmt.Errorf("httpmw: ChiParam(%q): request not routed by chi", name)
+	}
+	v := rctx.URLParam(name)
+	if v == "" && !slices.Contains(rctx.URLParams.Keys, name) {
+		return "", fmt.Errorf("httpmw: ChiParam(%q): the route has no {%s} parameter; mount the middleware on the route (With, or Use inside Route), not above the router that matches it", name, name)
+	}
+	if r.URL != nil && r.URL.RawPath != "" {
+		// chi routed on the escaped path, so v is still escaped.
+		u, err := url.PathUnescape(v)
+		if err != nil {
+			return "", fmt.Errorf("httpmw: ChiParam(%q): %w", name, err)
+		}
+		v = u
+	}
+	if v == "" {
+		return "", fmt.Errorf("httpmw: ChiParam(%q): empty value", name)
+	}
+	return v, nil
 }
 
 // PathValue returns an [Options.Resource] for routes served by

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -125,7 +124,11 @@ func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t := s.token(r, sku)
+	t, err := s.token(r, sku)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	it, err := s.store.Get(r.Context(), sku, t)
 	s.recordClaim(sku, t, err)
 	if err != nil {
@@ -144,7 +147,11 @@ func (s *server) putStock(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t := s.token(r, sku)
+	t, err := s.token(r, sku)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	it, err := s.store.SetStock(r.Context(), sku, stock, t)
 	s.recordClaim(sku, t, err)
 	if err != nil {
@@ -208,16 +215,21 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // token is the token the middleware accepted for this item, or zero: no
-// fencing, or a read without a token.
-func (s *server) token(r *http.Request, sku string) token.Token {
+// fencing, or a read without a token. A token the middleware claimed for
+// another resource is an error, never a reason to access the item unfenced:
+// the handler and the middleware would disagree on what the item is.
+func (s *server) token(r *http.Request, sku string) (token.Token, error) {
 	if !s.fenced {
-		return 0
+		return 0, nil
 	}
 	key, t, ok := token.FromContext(r.Context())
-	if !ok || key != resource(sku) {
-		return 0
+	switch {
+	case !ok:
+		return 0, nil
+	case key != resource(sku):
+		return 0, fmt.Errorf("the middleware claimed %q, the handler serves %q", key, resource(sku))
 	}
-	return t
+	return t, nil
 }
 
 // recordClaim counts the store's own check of a fenced access, under the
@@ -260,11 +272,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// skuParam returns the route's {sku}, unescaped as httpmw.ChiParam does so
-// the handler names the item the middleware claimed. A name that is no item
-// answers 404.
+// skuParam returns the route's {sku}, unescaped by httpmw.ChiValue, as the
+// middleware's ChiParam does, so the handler names the item the middleware
+// claimed. A name that is no item answers 404.
 func skuParam(w http.ResponseWriter, r *http.Request) (string, bool) {
-	sku, err := url.PathUnescape(chi.URLParam(r, "sku"))
+	sku, err := httpmw.ChiValue(r, "sku")
 	if err != nil || !validSKU(sku) {
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
 		return "", false
