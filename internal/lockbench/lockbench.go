@@ -44,10 +44,10 @@ func Contended(b *testing.B, acquirers []Acquirer, cs time.Duration) {
 	b.ResetTimer()
 	st := contend(b, acquirers, cs, b.N)
 	b.StopTimer()
-	report(b, "", st, b.N)
+	report(b, "", st)
 }
 
-func report(b *testing.B, prefix string, st contention, n int) {
+func report(b *testing.B, prefix string, st contention) {
 	var sum, sumSq float64
 	for _, c := range st.counts {
 		sum += float64(c)
@@ -57,12 +57,13 @@ func report(b *testing.B, prefix string, st contention, n int) {
 	if sumSq > 0 {
 		jain = sum * sum / (float64(len(st.counts)) * sumSq)
 	}
-	b.ReportMetric(float64(n)/st.took.Seconds(), prefix+"cs/s")
+	b.ReportMetric(float64(st.done())/st.took.Seconds(), prefix+"cs/s")
+	b.ReportMetric(float64(st.errors)/float64(max(st.done(), 1)), prefix+"errors/cs")
 	b.ReportMetric(float64(percentile(st.waits, 0.99))/float64(time.Millisecond), prefix+"wait-p99-ms")
 	b.ReportMetric(jain, prefix+"jain")
 	b.ReportMetric(us(percentile(st.gaps, 0.5)), prefix+"gap-p50-µs")
 	b.ReportMetric(us(percentile(st.gaps, 0.99)), prefix+"gap-p99-µs")
-	b.ReportMetric(float64(st.sameHolder)/float64(n), prefix+"same-holder")
+	b.ReportMetric(float64(st.sameHolder)/float64(max(st.done(), 1)), prefix+"same-holder")
 }
 
 // Busy spins for d.
@@ -148,6 +149,7 @@ func CompareContended(b *testing.B, peers []Peer, cs time.Duration, n int) {
 			a.waits = append(a.waits, st.waits...)
 			a.gaps = append(a.gaps, st.gaps...)
 			a.sameHolder += st.sameHolder
+			a.errors += st.errors
 			for w, c := range st.counts {
 				a.counts[w] += c
 			}
@@ -155,12 +157,13 @@ func CompareContended(b *testing.B, peers []Peer, cs time.Duration, n int) {
 	}
 	b.StopTimer()
 	for i, p := range peers {
-		report(b, p.Name+"-", res[i], n*b.N)
+		report(b, p.Name+"-", res[i])
 	}
 	b.ReportMetric(0, "ns/op")
 }
 
 type contention struct {
+	errors     int // failed acquires, retried (a peer may give up while the lock is busy)
 	took       time.Duration
 	waits      []time.Duration
 	gaps       []time.Duration
@@ -178,6 +181,7 @@ func contend(b *testing.B, acquirers []Acquirer, cs time.Duration, n int) conten
 		lastRelease atomic.Int64
 		lastHolder  atomic.Int64
 		repeats     atomic.Int64
+		failed      atomic.Int64
 		wg          sync.WaitGroup
 		counts      = make([]int, workers)
 		waits       = make([][]time.Duration, workers)
@@ -196,6 +200,7 @@ func contend(b *testing.B, acquirers []Acquirer, cs time.Duration, n int) conten
 					if ctx.Err() != nil {
 						return
 					}
+					failed.Add(1)
 					continue
 				}
 				if taken.Add(1) > int64(n) {
@@ -217,6 +222,19 @@ func contend(b *testing.B, acquirers []Acquirer, cs time.Duration, n int) conten
 		})
 	}
 	wg.Wait()
-	return contention{took: time.Since(start), waits: slices.Concat(waits...), gaps: slices.Concat(gaps...),
+	st := contention{errors: int(failed.Load()), took: time.Since(start), waits: slices.Concat(waits...), gaps: slices.Concat(gaps...),
 		counts: counts, sameHolder: int(repeats.Load())}
+	if done := st.done(); done < n {
+		b.Errorf("lockbench: only %d of %d critical sections done in %v (%d failed acquires): the numbers would mean nothing", done, n, st.took, st.errors)
+	}
+	return st
+}
+
+// done is the number of critical sections completed.
+func (st contention) done() int {
+	var d int
+	for _, c := range st.counts {
+		d += c
+	}
+	return d
 }
