@@ -171,6 +171,7 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 	}
 	start := g.o.Clock.Now()
 	backoff := g.o.MinBackoff
+	warned := false // once per acquire
 	for {
 		l, err := try(ctx, key, g.o.TTL)
 		if err == nil {
@@ -186,7 +187,8 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 		}
 		var p permanent
 		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.As(err, &p) {
-			if backoff == g.o.MinBackoff {
+			if !warned {
+				warned = true
 				g.o.Logger.Warn("fenceguard: lock service unreachable; retrying", "key", key, "err", err)
 			}
 			wait := rand.N(backoff + 1)

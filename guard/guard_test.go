@@ -221,7 +221,6 @@ type faulty struct {
 	renewBlocks     atomic.Bool // Renew waits for its ctx
 	renews          atomic.Int32
 	lateRenews      atomic.Int32 // Renews entered after a Release returned
-	releasedAt      atomic.Pointer[time.Time]
 }
 
 func (f *faulty) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
@@ -574,6 +573,28 @@ func TestLogsLossAtWarn(t *testing.T) {
 	}
 	if strings.Contains(out, "acquired") {
 		t.Errorf("a success was logged:\n%s", out)
+	}
+}
+
+// An unreachable lock service is logged once per acquire, however many
+// retries follow — also with a fixed backoff (MinBackoff == MaxBackoff).
+func TestLogsUnreachableOncePerAcquire(t *testing.T) {
+	f := &faulty{Locker: memlock.New()}
+	f.acquireFailures.Store(5)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	g := newGuard(t, f, guard.Options{TTL: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, Logger: logger})
+	lease, err := g.Acquire(testCtx(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(context.Background())
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if n := strings.Count(out, "unreachable"); n != 1 {
+		t.Fatalf("%d unreachable warnings for one acquire with 5 failed tries, want 1:\n%s", n, out)
 	}
 }
 
