@@ -36,11 +36,15 @@ type Notifier struct {
 	mu      sync.Mutex
 	ps      *redis.PubSub              // guarded by mu; nil until first needed
 	closed  bool                       // guarded by mu
-	refs    map[string]int             // guarded by mu; channel → local waiters
-	ready   map[string]bool            // guarded by mu; channel → subscription confirmed
 	pending map[string][]chan struct{} // guarded by mu; confirmations awaited, in SUBSCRIBE order
 	waiters map[string]chan string     // guarded by mu; waiter id → its wake-up
-	byChan  map[string]map[string]bool // guarded by mu; channel → waiter ids
+	byChan  map[string]map[string]bool // guarded by mu; channel → waiter ids (present while it has some)
+}
+
+// readyLocked reports whether channel has waiters and its latest SUBSCRIBE
+// is confirmed: every SUBSCRIBE sent for it has been answered.
+func (n *Notifier) readyLocked(channel string) bool {
+	return len(n.byChan[channel]) > 0 && len(n.pending[channel]) == 0
 }
 
 // New returns a Notifier on c.
@@ -49,8 +53,6 @@ func New(c Subscriber) *Notifier {
 		client:  c,
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
-		refs:    map[string]int{},
-		ready:   map[string]bool{},
 		pending: map[string][]chan struct{}{},
 		waiters: map[string]chan string{},
 		byChan:  map[string]map[string]bool{},
@@ -76,22 +78,28 @@ func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan str
 	}
 	wake := make(chan string, 1)
 	n.waiters[id] = wake
-	if n.byChan[channel] == nil {
+	first := n.byChan[channel] == nil
+	if first {
 		n.byChan[channel] = map[string]bool{}
 	}
 	n.byChan[channel][id] = true
-	n.refs[channel]++
 	var confirmed chan struct{}
 	switch {
-	case n.refs[channel] == 1:
+	case first:
 		confirmed = make(chan struct{})
 		n.pending[channel] = append(n.pending[channel], confirmed)
 		if err := n.ps.Subscribe(ctx, channel); err != nil {
+			// Not sent: no confirmation will come for it.
+			if p := n.pending[channel]; len(p) == 1 {
+				delete(n.pending, channel)
+			} else {
+				n.pending[channel] = p[:len(p)-1]
+			}
 			n.unregisterLocked(channel, id)
 			n.mu.Unlock()
 			return nil, err
 		}
-	case !n.ready[channel]:
+	case len(n.pending[channel]) > 0: // subscribed, not yet confirmed
 		p := n.pending[channel]
 		confirmed = p[len(p)-1]
 	}
@@ -115,7 +123,7 @@ func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan str
 func (n *Notifier) Subscribed(channel string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ready[channel]
+	return n.readyLocked(channel)
 }
 
 // Unregister undoes Register.
@@ -128,15 +136,10 @@ func (n *Notifier) Unregister(channel, id string) {
 func (n *Notifier) unregisterLocked(channel, id string) {
 	delete(n.waiters, id)
 	delete(n.byChan[channel], id)
-	if len(n.byChan[channel]) == 0 {
-		delete(n.byChan, channel)
-	}
-	n.refs[channel]--
-	if n.refs[channel] > 0 {
+	if len(n.byChan[channel]) > 0 {
 		return
 	}
-	delete(n.refs, channel)
-	delete(n.ready, channel)
+	delete(n.byChan, channel)
 	if !n.closed {
 		// Best effort: a failure leaves a subscription that costs only
 		// unmatched messages.
@@ -195,9 +198,6 @@ func (n *Notifier) read(ps *redis.PubSub) {
 				} else {
 					n.pending[m.Channel] = p[1:]
 				}
-			}
-			if n.refs[m.Channel] > 0 {
-				n.ready[m.Channel] = true
 			}
 			n.mu.Unlock()
 		}

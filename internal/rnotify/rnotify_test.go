@@ -1,0 +1,57 @@
+package rnotify_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/rnotify"
+)
+
+func TestMain(m *testing.M) { servers.Main(m) }
+
+// Subscribed follows the channel's waiters and its confirmations, also when
+// the last waiter leaves and a new one comes at once (an UNSUBSCRIBE and a
+// new SUBSCRIBE in flight): a registration returns only once its own
+// SUBSCRIBE is confirmed, and then receives what is published.
+func TestRegisterAfterTheLastWaiterLeft(t *testing.T) {
+	db := servers.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: db.Addr})
+	t.Cleanup(func() { c.Close() })
+	n := rnotify.New(c)
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := db.Prefix + "ch"
+	if n.Subscribed(ch) {
+		t.Fatal("subscribed before any waiter")
+	}
+	for i := range 50 {
+		id := string(rune('a' + i%26))
+		wake, err := n.Register(ctx, ch, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !n.Subscribed(ch) {
+			t.Fatalf("round %d: not subscribed after Register returned", i)
+		}
+		if err := c.Publish(ctx, ch, id+"|"+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-wake:
+			if v != id {
+				t.Fatalf("round %d: woken with %q, want %q", i, v, id)
+			}
+		case <-ctx.Done():
+			t.Fatalf("round %d: the wake-up published after Register returned never came", i)
+		}
+		n.Unregister(ch, id)
+		if n.Subscribed(ch) {
+			t.Fatalf("round %d: still subscribed without waiters", i)
+		}
+	}
+}
