@@ -450,9 +450,10 @@ func (s *Lease) abandon() {
 	}
 }
 
-// Renew implements [locks.Lease]: a keep-alive of the grant's lease, then a
-// check that its key is still there with its create revision (a lease can
-// outlive a key deleted by hand).
+// Renew implements [locks.Lease]: a keep-alive of the grant's lease and,
+// sent alongside it (one round trip, not two), a check that its key is
+// still there with its create revision (a lease can outlive a key deleted
+// by hand). The deadline counts from before both were sent.
 func (s *Lease) Renew(ctx context.Context) error {
 	s.mu.Lock()
 	released := s.released
@@ -461,13 +462,18 @@ func (s *Lease) Renew(ctx context.Context) error {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
 	sent := time.Now()
-	if _, err := s.c.KeepAliveOnce(ctx, s.id); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	kept := make(chan error, 1)
+	go func() {
+		_, err := s.c.KeepAliveOnce(ctx, s.id)
+		kept <- err
+	}()
+	resp, err := s.c.Get(ctx, s.myKey)
+	if kerr := <-kept; kerr != nil {
+		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
 			return locks.NotHeldError("renew", s.key, s.Token())
 		}
-		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
+		return fmt.Errorf("etcdlock: renew %q: %w", s.key, kerr)
 	}
-	resp, err := s.c.Get(ctx, s.myKey)
 	if err != nil {
 		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
 	}
@@ -482,8 +488,8 @@ func (s *Lease) Renew(ctx context.Context) error {
 
 // Release implements [locks.Lease]: deletes the grant's key only while it
 // has this grant's create revision, so a late or retried release never
-// removes a newer grant — not even one made with the same lease, which
-// reuses the key name. The lease is kept for reuse.
+// removes a newer grant — not even one made with the same lease (each grant
+// has a name of its own as well). The lease is kept for reuse.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

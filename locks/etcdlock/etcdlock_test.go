@@ -66,9 +66,12 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 func TestConformanceEtcd34(t *testing.T)   { conformance(t, servers.Etcd) }
 func TestConformanceEmbedded(t *testing.T) { conformance(t, servers.EtcdEmbedded) }
 
-// A late release of an old grant must not delete a newer grant made with
-// the same lease — which reuses the same key name (etcd's own Mutex deletes
-// by key name and has this bug).
+// A late or retried release of an old grant must not delete a newer grant
+// made with the same lease. (etcd's own Mutex names its key after the lease,
+// so a new grant on the same lease reuses the name, and deletes by name.)
+// Here every grant gets a fresh name, and a release is guarded by the
+// grant's ownership test — its key still there with its create revision —
+// which must fail for the old grant even though its lease lives on.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	d := servers.EtcdEmbedded(t)
 	c := newClient(t, d.Endpoints)
@@ -88,10 +91,11 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	if second.(*etcdlock.Lease).LeaseID() != first.(*etcdlock.Lease).LeaseID() {
 		t.Fatal("the second grant did not reuse the lease: the test would prove nothing")
 	}
-	// A retried release of the first grant, as a client retry would send it:
-	// build it again from scratch so the local "released" flag is not what
-	// saves us.
-	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete("never")).Commit()
+	// A retried release of the first grant, as a client retry would send it,
+	// built again from scratch so the local "released" flag is not what
+	// saves us — and deleting everything under the locker's prefix, so that
+	// an ownership test that held would take the second grant with it.
+	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete(d.Prefix, clientv3.WithPrefix())).Commit()
 	if err != nil || resp.Succeeded {
 		t.Fatalf("the first grant's ownership test still holds: %v %v", resp, err)
 	}
