@@ -36,7 +36,8 @@ type Options struct {
 type Metrics struct {
 	o Options
 
-	mu      sync.Mutex
+	known   sync.Map        // class → struct{}: the classes kept, read without a lock on every event and claim
+	mu      sync.Mutex      // serializes adding a class
 	classes map[string]bool // guarded by mu
 
 	acquireWait  *prometheus.HistogramVec
@@ -111,8 +112,13 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 }
 
 // class bounds the label: the first MaxClasses classes seen are kept.
+// A class already kept costs a lock-free lookup; only a new one takes the
+// lock.
 func (m *Metrics) class(key string) string {
 	c := m.o.Class(key)
+	if _, ok := m.known.Load(c); ok {
+		return c
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.classes[c] {
@@ -122,6 +128,7 @@ func (m *Metrics) class(key string) string {
 		return "other"
 	}
 	m.classes[c] = true
+	m.known.Store(c, struct{}{})
 	return c
 }
 
