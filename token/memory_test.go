@@ -13,21 +13,15 @@ import (
 // The contract of Fence is checked by token/fencetest (its own tests run it
 // on MemoryFence); these are what is particular to MemoryFence.
 
-func TestMemoryFenceBadInput(t *testing.T) {
+// Refused input adds no entry (fencetest checks that it moves no mark).
+func TestMemoryFenceBadInputAddsNoEntry(t *testing.T) {
 	ctx := context.Background()
 	var f token.MemoryFence
 	if err := f.Claim(ctx, "k", 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Claim(ctx, "k", 0); !errors.Is(err, token.ErrMissing) {
-		t.Errorf("Claim with the zero token = %v, want ErrMissing", err)
-	}
-	if err := f.Claim(ctx, "", 11); !errors.Is(err, token.ErrNoResource) {
-		t.Errorf("Claim with an empty key = %v, want ErrNoResource", err)
-	}
-	if got := f.HighWater("k"); got != 10 {
-		t.Errorf("bad input moved the high-water to %d", got)
-	}
+	_ = f.Claim(ctx, "fresh", 0)
+	_ = f.Claim(ctx, "", 11)
 	if f.Len() != 1 {
 		t.Errorf("bad input added entries: Len = %d", f.Len())
 	}
