@@ -258,7 +258,7 @@ func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) erro
 	if err != nil {
 		return err
 	}
-	found, err := tb.fenced(ctx, db, "delete from", tb.deleteSQL, []any{v, key, tb.name + "/"}, t, nil)
+	found, err := tb.fenced(ctx, db, "delete from", tb.deleteSQL, []any{v, key, tb.name + "/"}, t)
 	if err == nil && !found {
 		err = tb.noRow("delete", key)
 	}
@@ -422,34 +422,6 @@ fenceguard_i AS (INSERT INTO ` + tb.tbl + ` AS r (` + tb.key + `, ` + tb.tok + c
 SELECT EXISTS (SELECT FROM fenceguard_i)`
 }
 
-// outcome scans the result row of a claim-and-maybe-write statement:
-// whether the write happened, and, only if it did, the returned columns
-// into dest; if not, the row's mark as of the statement's snapshot (nil:
-// no such row) and the key as text.
-type outcome struct {
-	cur     *int64
-	key     *string // NULL when the write happened
-	claimed *bool
-	dest    []any
-}
-
-func (o *outcome) ScanRow(rows pgx.Rows) error {
-	args := make([]any, len(rows.FieldDescriptions()))
-	if len(args) != 3+len(o.dest) {
-		return fmt.Errorf("postgres: statement returned %d columns, want %d", len(args), 3+len(o.dest))
-	}
-	args[0], args[1], args[2] = &o.cur, &o.key, &o.claimed
-	if err := rows.Scan(args...); err != nil {
-		return err
-	}
-	if o.claimed == nil || !*o.claimed || len(o.dest) == 0 {
-		return nil
-	}
-	clear(args[:3])
-	copy(args[3:], o.dest)
-	return rows.Scan(args...)
-}
-
 // fenced runs Delete's statement, whose first two arguments are the token
 // and the key, and which answers in one row: whether it deleted, and if
 // not, the row's mark (nil: no such row) and the key as text. found is
@@ -462,24 +434,28 @@ func (o *outcome) ScanRow(rows pgx.Rows) error {
 // statement, with a fresh snapshot, reads the row again: a higher mark is
 // stale, no row is no row, and otherwise (the row was deleted and
 // re-created lower in between) the statement runs again.
-func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, t token.Token, dest []any) (found bool, err error) {
+func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, t token.Token) (found bool, err error) {
 	for range maxAttempts {
-		o := outcome{dest: dest}
-		if err := db.QueryRow(ctx, sql, args...).Scan(&o); err != nil {
+		var (
+			mark    *int64  // the row's mark as of the snapshot; nil: no such row
+			key     *string // NULL when the delete happened
+			claimed *bool
+		)
+		if err := db.QueryRow(ctx, sql, args...).Scan(&mark, &key, &claimed); err != nil {
 			return true, wrapErr(op, tb.name, err)
 		}
 		switch {
-		case o.claimed != nil && *o.claimed:
+		case claimed != nil && *claimed:
 			return true, nil
-		case o.cur == nil:
+		case mark == nil:
 			return false, nil
 		}
 		resource := tb.name + "/"
-		if o.key != nil {
-			resource += *o.key
+		if key != nil {
+			resource += *key
 		}
-		if token.Token(*o.cur) > t {
-			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*o.cur)}
+		if token.Token(*mark) > t {
+			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*mark)}
 		}
 		var cur int64
 		var keyText string

@@ -43,7 +43,6 @@ type Tokens struct {
 	claimSQL       string // $1 resource, $2 token → (claimed, snapshot high-water)
 	claimOrFailSQL string // the same, but an error when refused
 	highWaterSQL   string // $1 resource → token
-	markSQL        string // $1 resource → token or NULL, always one row
 }
 
 // staleMarker is in the message of the error claimOrFailSQL raises.
@@ -98,7 +97,6 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
  WHERE m.token <= excluded.token RETURNING true)
 SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed`
 	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1`
-	k.markSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1)`
 	return k, nil
 }
 
@@ -114,11 +112,8 @@ func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.T
 	if db == nil {
 		return 0, fmt.Errorf("%w: nil DB", ErrBadInput)
 	}
-	cur, ok, err := k.highWater(ctx, db, resource)
-	if err != nil || !ok {
-		return 0, err
-	}
-	return cur, nil
+	cur, _, err := k.highWater(ctx, db, resource)
+	return cur, err
 }
 
 func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (token.Token, bool, error) {

@@ -359,11 +359,8 @@ func (lt *lazyTx) reread(ctx context.Context) (token.Token, error) {
 	if _, err := lt.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceguard_claim; RELEASE SAVEPOINT fenceguard_claim`); err != nil {
 		return 0, err
 	}
-	var cur *int64
-	if err := lt.tx.QueryRow(ctx, lt.k.markSQL, lt.resource).Scan(&cur); err != nil {
-		return 0, err
-	}
-	return token.Token(deref(cur)), nil
+	cur, _, err := lt.k.highWater(ctx, lt.tx, lt.resource)
+	return cur, err
 }
 
 // ensure claims before a method that cannot carry the claim along.
