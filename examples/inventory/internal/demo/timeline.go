@@ -128,7 +128,6 @@ type lease struct {
 	worker     int
 	token      token.Token
 	start, end time.Time
-	lost       bool
 }
 
 // leases pairs each worker's grants with their end (release or loss).
@@ -141,7 +140,7 @@ func (r *Result) leases() []lease {
 			open[e.Worker] = &lease{worker: e.Worker, token: e.Token, start: e.Time}
 		case worker.Released, worker.Lost:
 			if l := open[e.Worker]; l != nil {
-				l.end, l.lost = e.Time, e.Kind == worker.Lost
+				l.end = e.Time
 				out = append(out, *l)
 				delete(open, e.Worker)
 			}

@@ -161,12 +161,6 @@ func (s *server) putStock(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, it)
 }
 
-// adminItem is an item as operators see it: with its high-water mark.
-type adminItem struct {
-	Item
-	HighWater token.Token `json:"high_water,omitzero"`
-}
-
 func (s *server) adminGet(w http.ResponseWriter, r *http.Request) {
 	sku, ok := skuParam(w, r)
 	if !ok {
@@ -182,7 +176,7 @@ func (s *server) adminGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, adminItem{Item: it, HighWater: mark})
+	writeJSON(w, http.StatusOK, AdminItem{Item: it, HighWater: mark})
 }
 
 func (s *server) adminPut(w http.ResponseWriter, r *http.Request) {
