@@ -26,8 +26,34 @@
 // older holder can touch it, however long it was paused.
 //
 // [MemoryFence] is the in-process Fence. Stores that enforce the check
-// themselves (PostgreSQL, Redis) have their own Fence implementations in
-// their packages.
+// themselves (PostgreSQL, Redis, etcd, ZooKeeper) have their own Fence
+// implementations in their packages. Every one of them decides an
+// acceptance — an equal token included — by a linearizable step of its
+// store (a conditional write, a locked row, a sync before the read), never
+// by a read a replica may serve stale; each says which.
+//
+// # Forged tokens
+//
+// A token is a number, not a credential: any client of the resource can
+// present any token, and one far above the holders' would become the mark
+// and lock every honest holder out. Before a claim, every enforcer runs a
+// [Check]:
+//
+//   - [ClockBound], the default ([DefaultCheck]): for clock-floored tokens
+//     (memlock, redislock, redlock), a token more than [DefaultSkew] above
+//     the resource's clock in µs is refused, with no round trip. A forger
+//     can then lock a resource out for at most that skew.
+//   - [SequencerCheck] (Chubby's CheckSequencer): the lock service, through
+//     a [Sequencer], says which token its current grant carries, and
+//     anything above it is refused. A forger can at worst act as the
+//     current holder, never lock out the holder or its queue. This is the
+//     check for etcd's and ZooKeeper's tokens, which the clock does not
+//     bound.
+//
+// Combine them with [All]; [NoCheck] turns checking off. A refusal is a
+// [*ForgedError]. A mark poisoned anyway (before the checks were on, or
+// through a mapping that named the wrong lock) is set back by hand with
+// [Resetter.Reset], which every Fence of fenceguard implements and logs.
 //
 // # Errors
 //
@@ -40,4 +66,8 @@
 //   - [ErrMissing]: no token where one is required (the zero token, or a
 //     context without one).
 //   - [ErrNoResource]: an empty resource key.
+//   - [ErrForged]: a token a [Check] refused as never granted; the error is
+//     a [*ForgedError] with the bound it exceeded.
+//   - [ErrRange]: a token beyond what a store or a locker's counter can
+//     represent exactly; the error is a [*RangeError].
 package token

@@ -3,6 +3,7 @@ package token
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 )
 
@@ -35,7 +36,20 @@ var fenceSeed = maphash.MakeSeed()
 // floored by the server clock). Keep tokens from different lock services in
 // different fences. The shards' maps keep their capacity after a Prune, so
 // memory is bounded by the most keys claimed between two Prunes.
+//
+// # Forged tokens
+//
+// Before a claim, Check runs ([DefaultCheck] when nil: a [ClockBound]
+// that refuses tokens more than five minutes ahead of the clock in µs).
+// [MemoryFence.Reset] sets a poisoned mark back by hand.
 type MemoryFence struct {
+	// Check runs before every claim; nil is [DefaultCheck]. Set it before
+	// first use.
+	Check Check
+	// Logger receives the audit record of every Reset; nil is
+	// slog.Default(). Set it before first use.
+	Logger *slog.Logger
+
 	shards [fenceShards]fenceShard
 }
 
@@ -52,16 +66,19 @@ type mark struct {
 	gen  uint64 // shard generation of the last claim
 }
 
-var _ Fence = (*MemoryFence)(nil)
+var (
+	_ Fence    = (*MemoryFence)(nil)
+	_ Resetter = (*MemoryFence)(nil)
+)
 
 func (f *MemoryFence) shard(resource string) *fenceShard {
 	return &f.shards[maphash.String(fenceSeed, resource)%fenceShards]
 }
 
-// Claim implements [Fence]. It never blocks on other keys' claims and
-// ignores ctx: the check is in memory.
-func (f *MemoryFence) Claim(_ context.Context, resource string, t Token) error {
-	if err := CheckClaim(resource, t); err != nil {
+// Claim implements [Fence]. It never blocks on other keys' claims; ctx
+// goes to the Check only, the claim itself is in memory.
+func (f *MemoryFence) Claim(ctx context.Context, resource string, t Token) error {
+	if err := Admit(ctx, f.Check, resource, t); err != nil {
 		return err
 	}
 	s := f.shard(resource)
@@ -79,6 +96,29 @@ func (f *MemoryFence) Claim(_ context.Context, resource string, t Token) error {
 	}
 	s.marks[resource] = mark{high: t, gen: s.gen}
 	return nil
+}
+
+// Reset implements [Resetter]: it sets resource's mark to to and logs it.
+// The process's memory is linearizable, so the new mark holds for every
+// claim that starts after Reset returns.
+func (f *MemoryFence) Reset(ctx context.Context, resource string, to Token) (Token, error) {
+	if err := CheckReset(resource, to); err != nil {
+		return 0, err
+	}
+	s := f.shard(resource)
+	s.mu.Lock()
+	m, ok := s.marks[resource]
+	if !ok {
+		m.high = s.floor
+	}
+	prev := m.high
+	if s.marks == nil {
+		s.marks = make(map[string]mark)
+	}
+	s.marks[resource] = mark{high: to, gen: s.gen}
+	s.mu.Unlock()
+	LogReset(ctx, f.Logger, "memory", resource, prev, to)
+	return prev, nil
 }
 
 // HighWater returns the highest token resource has accepted, or the floor

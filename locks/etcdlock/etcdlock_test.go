@@ -331,7 +331,7 @@ func TestIssuedBoundsTokens(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
 		d := servers.EtcdEmbedded(t)
 		f := etcdlock.NewFence(newClient(t, d.Endpoints), d.Prefix+"fence/")
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}

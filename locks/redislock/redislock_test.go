@@ -390,7 +390,7 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 // The contract, with tokens beyond 2^53 (where Lua's doubles could not tell
 // neighbours apart; the script compares strings).
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
 		db := servers.Redis(t)
 		f := redislock.NewFence(newClient(t, db.Addr), db.Prefix)
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}

@@ -616,7 +616,7 @@ func TestCloseEndsLeases(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
 		z := servers.ZooKeeper(t)
 		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}

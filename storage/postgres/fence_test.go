@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/storage/postgres"
+	"github.com/fenceguard/fenceguard/token"
 	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
 		pool, _ := setup(t)
 		f := postgres.NewFence(pool)
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater, MaxToken: math.MaxInt64} // bigint

@@ -8,9 +8,12 @@
 // current high-water; the zero token and the empty key are refused with
 // [token.ErrMissing] and [token.ErrNoResource] and move nothing; tokens up
 // to the largest the store holds (all of uint64 unless it says otherwise)
-// compare exactly; and under concurrent claims a
-// refusal always reports a mark above the presented token and every mark
-// ends at the largest token presented for it.
+// compare exactly; under concurrent claims a refusal always reports a mark
+// above the presented token and every mark ends at the largest token
+// presented for it; the fence runs the [token.Check] it was built with
+// before touching its store ([token.DefaultCheck] when none), and a refusal
+// by it moves nothing; and [token.Resetter.Reset] moves exactly the mark it
+// names.
 package fencetest
 
 import (
@@ -39,13 +42,19 @@ type Subject struct {
 }
 
 // Run runs the suite. newFence is called once per subtest, with that
-// subtest's t, and must return a fence whose marks no other subtest sees
-// (a fresh store, or its own key prefix).
-func Run(t *testing.T, newFence func(t *testing.T) Subject) {
-	t.Run("Claim", func(t *testing.T) { testClaim(t, newFence(t)) })
-	t.Run("Extremes", func(t *testing.T) { testExtremes(t, newFence(t)) })
-	t.Run("BadInput", func(t *testing.T) { testBadInput(t, newFence(t)) })
-	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newFence(t)) })
+// subtest's t and the check the fence must run before each claim (nil: the
+// fence's default), and must return a fence whose marks no other subtest
+// sees (a fresh store, or its own key prefix). The fence must implement
+// [token.Resetter].
+func Run(t *testing.T, newFence func(t *testing.T, check token.Check) Subject) {
+	unchecked := func(t *testing.T) Subject { return newFence(t, token.NoCheck()) }
+	t.Run("Claim", func(t *testing.T) { testClaim(t, unchecked(t)) })
+	t.Run("Extremes", func(t *testing.T) { testExtremes(t, unchecked(t)) })
+	t.Run("BadInput", func(t *testing.T) { testBadInput(t, unchecked(t)) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, unchecked(t)) })
+	t.Run("DefaultCheck", func(t *testing.T) { testDefaultCheck(t, newFence(t, nil)) })
+	t.Run("Check", func(t *testing.T) { testCheck(t, newFence) })
+	t.Run("Reset", func(t *testing.T) { testReset(t, unchecked(t)) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -197,5 +206,120 @@ func testConcurrent(t *testing.T, s Subject) {
 		if got := highWater(ctx, t, s, k); got != want {
 			t.Errorf("%s: high-water %d, want the largest presented %d", k, got, want)
 		}
+	}
+}
+
+// The default check is the clock bound: a token far above the clock in µs
+// is refused as forged and moves nothing; a token at the clock passes.
+func testDefaultCheck(t *testing.T, s Subject) {
+	ctx := ctxFor(t)
+	now := token.Token(time.Now().UnixMicro())
+	far := now + token.Token(time.Hour.Microseconds())
+	if err := s.Fence.Claim(ctx, "d", now); err != nil {
+		t.Fatalf("Claim(now in µs) = %v, want accepted", err)
+	}
+	for _, tok := range []token.Token{far, math.MaxInt64, math.MaxUint64} {
+		err := s.Fence.Claim(ctx, "d", tok)
+		var fe *token.ForgedError
+		if !errors.As(err, &fe) || !errors.Is(err, token.ErrForged) || fe.Presented != tok || fe.Resource != "d" {
+			t.Errorf("Claim(%d), far above the clock = %v, want a ForgedError", tok, err)
+		}
+	}
+	if got := highWater(ctx, t, s, "d"); got != now {
+		t.Errorf("a forged token moved the mark to %d, want %d", got, now)
+	}
+}
+
+var errUnsure = errors.New("fencetest: the check could not decide")
+
+// The fence runs the check it was given, with the resource and the token,
+// before its store; a refusal (forged, or could not decide) comes back as
+// the fence's error and moves nothing.
+func testCheck(t *testing.T, newFence func(*testing.T, token.Check) Subject) {
+	ctx := ctxFor(t)
+	var mu sync.Mutex
+	var seen []string
+	check := token.CheckFunc(func(_ context.Context, r string, tok token.Token) error {
+		mu.Lock()
+		seen = append(seen, fmt.Sprint(r, "=", tok))
+		mu.Unlock()
+		switch tok {
+		case 13:
+			return &token.ForgedError{Resource: r, Presented: tok, Bound: 12, By: "test"}
+		case 14:
+			return errUnsure
+		}
+		return nil
+	})
+	s := newFence(t, check)
+	if err := s.Fence.Claim(ctx, "c", 12); err != nil {
+		t.Fatalf("Claim(12) = %v", err)
+	}
+	if err := s.Fence.Claim(ctx, "c", 13); !errors.Is(err, token.ErrForged) {
+		t.Errorf("Claim(13), refused by the check = %v, want ErrForged", err)
+	}
+	if err := s.Fence.Claim(ctx, "c", 14); !errors.Is(err, errUnsure) {
+		t.Errorf("Claim(14), the check failing = %v, want its error", err)
+	}
+	if got := highWater(ctx, t, s, "c"); got != 12 {
+		t.Errorf("refused by the check, the mark moved to %d", got)
+	}
+	if err := s.Fence.Claim(ctx, "c", 20); err != nil {
+		t.Fatalf("Claim(20) = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"c=12", "c=13", "c=14", "c=20"}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("the check saw %v, want %v", seen, want)
+	}
+}
+
+// Reset sets exactly the named mark, lower or higher, and refuses bad
+// input; a reset mark accepts honest holders again.
+func testReset(t *testing.T, s Subject) {
+	ctx := ctxFor(t)
+	r, ok := s.Fence.(token.Resetter)
+	if !ok {
+		t.Fatalf("%T does not implement token.Resetter", s.Fence)
+	}
+	poisoned := token.Token(math.MaxInt64)
+	for _, k := range []string{"a", "b"} {
+		if err := s.Fence.Claim(ctx, k, poisoned); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale(t, s.Fence.Claim(ctx, "a", 100), "a", 100, poisoned)
+	prev, err := r.Reset(ctx, "a", 90)
+	if err != nil || prev != poisoned {
+		t.Fatalf("Reset(a, 90) = %d, %v; want %d, nil", prev, err, poisoned)
+	}
+	if err := s.Fence.Claim(ctx, "a", 100); err != nil {
+		t.Errorf("after the reset, an honest holder's Claim(100) = %v", err)
+	}
+	stale(t, s.Fence.Claim(ctx, "a", 89), "a", 89, 100)
+	stale(t, s.Fence.Claim(ctx, "b", 100), "b", 100, poisoned)
+	if got := highWater(ctx, t, s, "b"); got != poisoned {
+		t.Errorf("resetting a moved b to %d", got)
+	}
+	// A mark that never existed: reset creates it.
+	if prev, err := r.Reset(ctx, "n", 7); err != nil || prev != 0 {
+		t.Errorf("Reset(n, 7) = %d, %v; want 0, nil", prev, err)
+	}
+	stale(t, s.Fence.Claim(ctx, "n", 6), "n", 6, 7)
+	// Raising by hand works too.
+	if prev, err := r.Reset(ctx, "n", 50); err != nil || prev != 7 {
+		t.Errorf("Reset(n, 50) = %d, %v; want 7, nil", prev, err)
+	}
+	if _, err := r.Reset(ctx, "", 5); !errors.Is(err, token.ErrNoResource) {
+		t.Errorf("Reset with an empty name = %v, want ErrNoResource", err)
+	}
+	if _, err := r.Reset(ctx, "a", 0); !errors.Is(err, token.ErrMissing) {
+		t.Errorf("Reset to 0 = %v, want ErrMissing", err)
+	}
+	if got := highWater(ctx, t, s, "a"); got != 100 {
+		t.Errorf("refused resets moved a to %d", got)
+	}
+	if got := highWater(ctx, t, s, "n"); got != 50 {
+		t.Errorf("n: mark %d, want 50", got)
 	}
 }

@@ -2,6 +2,7 @@ package fencetest_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,8 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func memory(*testing.T) fencetest.Subject {
-	f := new(token.MemoryFence)
+func memory(_ *testing.T, c token.Check) fencetest.Subject {
+	f := &token.MemoryFence{Check: c, Logger: slog.New(slog.DiscardHandler)}
 	return fencetest.Subject{Fence: f, HighWater: func(_ context.Context, r string) (token.Token, error) { return f.HighWater(r), nil }}
 }
 
@@ -35,6 +36,8 @@ func TestSuiteCatchesBrokenFences(t *testing.T) {
 		"accepts-lower":   "Claim",
 		"float64-compare": "Extremes",
 		"no-arg-check":    "BadInput",
+		"ignores-check":   "Check",
+		"reset-all":       "Reset",
 	} {
 		t.Run(variant, func(t *testing.T) {
 			run := "^TestBroken$/^" + variant + "$/^" + mustFail + "$"
@@ -59,10 +62,12 @@ func TestBroken(t *testing.T) {
 		"accepts-lower":   {acceptLower: true},
 		"float64-compare": {float: true},
 		"no-arg-check":    {noCheck: true},
+		"ignores-check":   {ignoreCheck: true},
+		"reset-all":       {resetAll: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fencetest.Run(t, func(*testing.T) fencetest.Subject {
-				f := &broken{defects: defect, marks: map[string]token.Token{}}
+			fencetest.Run(t, func(_ *testing.T, c token.Check) fencetest.Subject {
+				f := &broken{defects: defect, check: c, marks: map[string]token.Token{}}
 				return fencetest.Subject{Fence: f, HighWater: f.highWater}
 			})
 		})
@@ -74,11 +79,14 @@ type defects struct {
 	acceptLower bool // no check at all: the latest token wins
 	float       bool // compares as float64, as a Lua script on numbers would
 	noCheck     bool // skips token.CheckClaim
+	ignoreCheck bool // never runs the token.Check it was given
+	resetAll    bool // Reset moves every mark, not just the named one
 }
 
 // broken is a map-backed fence with one defect switched on.
 type broken struct {
 	defects
+	check token.Check
 
 	mu    sync.Mutex
 	marks map[string]token.Token
@@ -87,6 +95,15 @@ type broken struct {
 func (b *broken) Claim(_ context.Context, r string, t token.Token) error {
 	if !b.noCheck {
 		if err := token.CheckClaim(r, t); err != nil {
+			return err
+		}
+	}
+	if !b.ignoreCheck {
+		c := b.check
+		if c == nil {
+			c = token.DefaultCheck()
+		}
+		if err := c.Check(context.Background(), r, t); err != nil {
 			return err
 		}
 	}
@@ -111,4 +128,20 @@ func (b *broken) highWater(_ context.Context, r string) (token.Token, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.marks[r], nil
+}
+
+func (b *broken) Reset(_ context.Context, r string, to token.Token) (token.Token, error) {
+	if err := token.CheckReset(r, to); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prev := b.marks[r]
+	if b.resetAll {
+		for k := range b.marks {
+			b.marks[k] = to
+		}
+	}
+	b.marks[r] = to
+	return prev, nil
 }

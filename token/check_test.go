@@ -1,0 +1,218 @@
+package token_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+func TestClockBound(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMicro(1_800_000_000_000_000)
+	c := token.ClockBound{Skew: time.Minute, Now: fixedClock(now)}
+	bound := token.Token(now.UnixMicro() + time.Minute.Microseconds())
+	for _, tc := range []struct {
+		name   string
+		tok    token.Token
+		forged bool
+	}{
+		{"a revision, far below", 42, false},
+		{"the clock", token.Token(now.UnixMicro()), false},
+		{"at the bound", bound, false},
+		{"just above", bound + 1, true},
+		{"2^63-1", math.MaxInt64, true},
+		{"2^64-1", math.MaxUint64, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Check(ctx, "r", tc.tok)
+			var fe *token.ForgedError
+			switch {
+			case !tc.forged && err != nil:
+				t.Fatalf("Check(%d) = %v, want accepted", tc.tok, err)
+			case tc.forged && (!errors.As(err, &fe) || !errors.Is(err, token.ErrForged)):
+				t.Fatalf("Check(%d) = %v, want a ForgedError", tc.tok, err)
+			case tc.forged && (fe.Bound != bound || fe.Presented != tc.tok || fe.Resource != "r" || fe.By != "clock"):
+				t.Fatalf("ForgedError %+v, want bound %d", fe, bound)
+			}
+		})
+	}
+	// The zero value: DefaultSkew on the real clock.
+	var zero token.ClockBound
+	if b := zero.Bound(); b < token.Token(time.Now().Add(token.DefaultSkew-time.Second).UnixMicro()) {
+		t.Errorf("zero ClockBound bound %d is below now+DefaultSkew", b)
+	}
+	if err := token.DefaultCheck().Check(ctx, "r", token.Token(time.Now().UnixMicro())); err != nil {
+		t.Errorf("DefaultCheck refuses the clock: %v", err)
+	}
+	// A clock before the epoch bounds at 1, not at a wrapped uint64.
+	early := token.ClockBound{Skew: time.Second, Now: fixedClock(time.Unix(-100, 0))}
+	if err := early.Check(ctx, "r", 2); !errors.Is(err, token.ErrForged) {
+		t.Errorf("with the clock before 1970, Check(2) = %v, want forged", err)
+	}
+}
+
+func TestNoCheckAndAll(t *testing.T) {
+	ctx := context.Background()
+	if err := token.NoCheck().Check(ctx, "r", math.MaxUint64); err != nil {
+		t.Errorf("NoCheck refused: %v", err)
+	}
+	var order []string
+	mk := func(name string, refuse bool) token.Check {
+		return token.CheckFunc(func(context.Context, string, token.Token) error {
+			order = append(order, name)
+			if refuse {
+				return errors.New(name)
+			}
+			return nil
+		})
+	}
+	err := token.All(mk("a", false), nil, mk("b", true), mk("c", true)).Check(ctx, "r", 1)
+	if err == nil || err.Error() != "b" || strings.Join(order, "") != "ab" {
+		t.Errorf("All = %v after %v, want b's refusal after a, b", err, order)
+	}
+	if err := token.All().Check(ctx, "r", math.MaxUint64); err != nil {
+		t.Errorf("All() refused: %v", err)
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	ctx := context.Background()
+	called := false
+	c := token.CheckFunc(func(context.Context, string, token.Token) error { called = true; return nil })
+	if err := token.Admit(ctx, c, "", 5); !errors.Is(err, token.ErrNoResource) || called {
+		t.Errorf("Admit with no resource = %v (check called: %v)", err, called)
+	}
+	if err := token.Admit(ctx, c, "r", 0); !errors.Is(err, token.ErrMissing) || called {
+		t.Errorf("Admit with no token = %v (check called: %v)", err, called)
+	}
+	if err := token.Admit(ctx, nil, "r", math.MaxUint64); !errors.Is(err, token.ErrForged) {
+		t.Errorf("Admit with the default check = %v, want forged", err)
+	}
+}
+
+func TestRangeError(t *testing.T) {
+	err := error(&token.RangeError{What: "PostgreSQL bigint", Token: math.MaxInt64 + 1, Max: math.MaxInt64})
+	if !errors.Is(err, token.ErrRange) || errors.Is(err, token.ErrInvalid) {
+		t.Errorf("RangeError unwraps wrongly")
+	}
+	if want := "fencing token 9223372036854775808 is beyond the PostgreSQL bigint's maximum 9223372036854775807"; err.Error() != want {
+		t.Errorf("Error() = %q", err.Error())
+	}
+}
+
+// seq is a Sequencer over a map, counting its queries.
+type seq struct {
+	mu      sync.Mutex
+	cur     map[string]token.Token
+	err     error
+	queries atomic.Int64
+}
+
+func (s *seq) Current(_ context.Context, key string) (token.Token, error) {
+	s.queries.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur[key], s.err
+}
+
+func (s *seq) set(key string, t token.Token) {
+	s.mu.Lock()
+	s.cur[key] = t
+	s.mu.Unlock()
+}
+
+func TestSequencerCheck(t *testing.T) {
+	ctx := context.Background()
+	s := &seq{cur: map[string]token.Token{"sku:42": 100}}
+	c := token.SequencerCheck(s, token.SequencerOptions{
+		LockKey: func(r string) string { return strings.Replace(r, "items/", "sku:", 1) },
+	})
+	// The current holder's token and older ones pass; a higher one is forged.
+	for _, tok := range []token.Token{100, 99, 1} {
+		if err := c.Check(ctx, "items/42", tok); err != nil {
+			t.Fatalf("Check(%d) = %v, want accepted", tok, err)
+		}
+	}
+	if n := s.queries.Load(); n != 1 {
+		t.Errorf("%d queries for three tokens at or below the first answer, want 1 (cached)", n)
+	}
+	err := c.Check(ctx, "items/42", 101)
+	var fe *token.ForgedError
+	if !errors.As(err, &fe) || fe.Bound != 100 || fe.By != "sequencer" || fe.Resource != "items/42" {
+		t.Fatalf("Check(101) = %v, want forged with bound 100", err)
+	}
+	if n := s.queries.Load(); n != 2 {
+		t.Errorf("a token above the cache must ask again: %d queries", n)
+	}
+	// The next grant: its token passes once the lock service says so.
+	s.set("sku:42", 120)
+	if err := c.Check(ctx, "items/42", 120); err != nil {
+		t.Fatalf("the next holder's Check(120) = %v", err)
+	}
+	// Another lock is checked against its own answer.
+	if err := c.Check(ctx, "items/7", 1); !errors.Is(err, token.ErrForged) {
+		t.Errorf("Check on a lock never granted = %v, want forged (bound 0)", err)
+	}
+	// Failing closed.
+	s.err = errors.New("lock service down")
+	if err := c.Check(ctx, "items/42", 121); err == nil || errors.Is(err, token.ErrForged) || !errors.Is(err, s.err) {
+		t.Errorf("Check with the sequencer failing = %v, want its error", err)
+	}
+	if err := token.SequencerCheck(nil, token.SequencerOptions{}).Check(ctx, "r", 1); err == nil {
+		t.Error("a nil Sequencer accepted a token")
+	}
+}
+
+// With the cache off every check asks; a full cache keeps answering right.
+func TestSequencerCheckCacheBounds(t *testing.T) {
+	ctx := context.Background()
+	s := &seq{cur: map[string]token.Token{}}
+	off := token.SequencerCheck(s, token.SequencerOptions{CacheSize: -1})
+	s.set("k", 5)
+	for range 3 {
+		if err := off.Check(ctx, "k", 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.queries.Load(); n != 3 {
+		t.Errorf("cache off: %d queries, want 3", n)
+	}
+	small := token.SequencerCheck(s, token.SequencerOptions{CacheSize: 2})
+	for i, k := range []string{"a", "b", "c", "d", "a", "b"} {
+		s.set(k, token.Token(10+i))
+		if err := small.Check(ctx, k, token.Token(10+i)); err != nil {
+			t.Fatalf("Check(%s) = %v", k, err)
+		}
+		if err := small.Check(ctx, k, token.Token(11+i)); !errors.Is(err, token.ErrForged) {
+			t.Fatalf("Check(%s, above) = %v, want forged", k, err)
+		}
+	}
+}
+
+func TestMemoryFenceResetLogs(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	f := &token.MemoryFence{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	if err := f.Claim(ctx, "sku:1", 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reset(ctx, "sku:1", 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"level=WARN", "resource=sku:1", "from=7", "to=3", "store=memory"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("audit record %q lacks %q", buf.String(), want)
+		}
+	}
+}
