@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -331,9 +332,11 @@ func TestIssuedBoundsTokens(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		d := servers.EtcdEmbedded(t)
-		f := etcdlock.NewFence(newClient(t, d.Endpoints), d.Prefix+"fence/")
+		f := etcdlock.NewFence(newClient(t, d.Endpoints), etcdlock.FenceOptions{
+			Prefix: d.Prefix + "fence/", Check: check, Logger: slog.New(slog.DiscardHandler),
+		})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
 }
