@@ -30,13 +30,17 @@ type Client interface {
 // minimum (1.5 election timeouts, 2s with default settings).
 const MinTTL = time.Second
 
+const defaultPrefix = "/fenceguard/lock/"
+
 // ErrClosed is returned by calls on a closed Locker.
 var ErrClosed = errors.New("etcdlock: locker closed")
 
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
 	// Prefix starts every key the locker writes. Default
-	// "/fenceguard/lock/".
+	// "/fenceguard/lock/". The queue of lock key k is Prefix +
+	// url.PathEscape(k) + "/"; a [Sequencer] for these locks needs the
+	// same Prefix.
 	Prefix string
 
 	// IdleLeases is how many unused leases per TTL the locker keeps for
@@ -69,7 +73,7 @@ func New(c Client, o Options) (*Locker, error) {
 		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
 	}
 	if o.Prefix == "" {
-		o.Prefix = "/fenceguard/lock/"
+		o.Prefix = defaultPrefix
 	}
 	if o.IdleLeases == 0 {
 		o.IdleLeases = 16
@@ -103,7 +107,10 @@ func (l *Locker) Close() error {
 }
 
 // queue returns the key prefix under which grants of key queue.
-func (l *Locker) queue(key string) string { return l.o.Prefix + url.PathEscape(key) + "/" }
+func (l *Locker) queue(key string) string { return queuePrefix(l.o.Prefix, key) }
+
+// queuePrefix is the layout of a lock's queue, shared with [Sequencer].
+func queuePrefix(prefix, key string) string { return prefix + url.PathEscape(key) + "/" }
 
 func seconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
 
@@ -168,8 +175,14 @@ func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.T
 }
 
 // Issued returns an upper bound of every token granted so far, for any key:
-// the cluster's current revision. A presented token above it was never
-// issued — resources use this to refuse forged tokens (see package httpmw).
+// the cluster's current revision, from a linearizable read, exactly (a
+// revision is an int64; nothing on the way is floating point).
+//
+// It bounds what was issued, not what a resource should accept: a queued
+// waiter's token is fixed when it joins, so a forger presenting Issued()
+// — above every waiter's token — is let in and every waiter is refused
+// as stale. Resources refuse forgeries with token.SequencerCheck on
+// [NewSequencer] instead, whose bound is the current holder's token.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	resp, err := l.c.Get(ctx, l.queue(key), clientv3.WithCountOnly())
 	if err != nil {
