@@ -296,7 +296,9 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 // and from then on counts their deletions as the watch reports them: the
 // hand-over costs the waiter no request at all. (A watch opened at an older
 // revision would be served by etcd's catch-up of lagging watchers, every
-// 100ms, not at once.) Our lease is kept alive meanwhile.
+// 100ms, not at once.) Our lease is kept alive meanwhile. When the keys
+// ahead are gone, confirmTurn makes sure the news is not older than our
+// own key.
 func (s *Lease) waitTurn(ctx context.Context, q string) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -342,7 +344,7 @@ func (s *Lease) waitTurn(ctx context.Context, q string) error {
 				delete(ahead, string(ev.Kv.Key))
 			}
 			if ahead != nil && len(ahead) == 0 {
-				return nil // our turn
+				return s.confirmTurn(ctx)
 			}
 		case <-keepAlive.C:
 			sent := time.Now()
@@ -357,6 +359,64 @@ func (s *Lease) waitTurn(ctx context.Context, q string) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// confirmTurn runs when the keys ahead are gone: the lock is ours if our own
+// key is still there. The deletions that said so may be old news — the
+// waiter paused (GC, SIGSTOP, swap), or its watch lagged, while its lease
+// ran out and etcd deleted its key, and then someone else queued and took
+// the lock; the deletion of our key may be in a later watch response than
+// the ones that emptied the queue ahead, or still on its way. While the
+// local deadline (from before our last keep-alive was sent) is more than
+// half a TTL away, the lease is alive and so is our key (unless deleted by
+// hand, which [Lease.Lost] reports): the turn is ours and costs no
+// request, as in the common case, where keep-alives every third of a TTL
+// keep it at least two thirds away. Otherwise one round trip
+// (a keep-alive and a read of our key, together) decides it, and refreshes
+// the deadline the caller gets; a lapsed key means starting over, with an
+// error that [Locker.Acquire] retries.
+func (s *Lease) confirmTurn(ctx context.Context) error {
+	if time.Until(s.Deadline()) > s.ttl/2 {
+		return nil
+	}
+	held, err := s.refresh(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("etcdlock: waiting key %q lapsed before its turn was seen: %w", s.myKey, rpctypes.ErrLeaseNotFound)
+	}
+	return nil
+}
+
+// refresh sends a keep-alive of the grant's lease and, alongside it (one
+// round trip, not two), a linearizable read of its key. It reports whether
+// the key is there with this grant's create revision and the lease lives,
+// and then moves the deadline, counted from before both were sent.
+func (s *Lease) refresh(ctx context.Context) (held bool, err error) {
+	sent := time.Now()
+	kept := make(chan error, 1)
+	go func() {
+		_, err := s.c.KeepAliveOnce(ctx, s.id)
+		kept <- err
+	}()
+	resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
+	if kerr := <-kept; kerr != nil {
+		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+			return false, nil
+		}
+		return false, kerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+		return false, nil
+	}
+	s.mu.Lock()
+	s.deadline = sent.Add(s.ttl)
+	s.mu.Unlock()
+	return true, nil
 }
 
 // Lease is an etcdlock grant. It implements [locks.Lease].
@@ -474,28 +534,13 @@ func (s *Lease) Renew(ctx context.Context) error {
 	if released {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
-	sent := time.Now()
-	kept := make(chan error, 1)
-	go func() {
-		_, err := s.c.KeepAliveOnce(ctx, s.id)
-		kept <- err
-	}()
-	resp, err := s.c.Get(ctx, s.myKey)
-	if kerr := <-kept; kerr != nil {
-		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
-			return locks.NotHeldError("renew", s.key, s.Token())
-		}
-		return fmt.Errorf("etcdlock: renew %q: %w", s.key, kerr)
-	}
+	held, err := s.refresh(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+	if !held {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
-	s.mu.Lock()
-	s.deadline = sent.Add(s.ttl)
-	s.mu.Unlock()
 	return nil
 }
 
