@@ -237,7 +237,8 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	q := l.queue(key)
 	// A fresh name per grant, even with a reused lease: a waiter watching
 	// its predecessor by name must never mistake a later grant for it.
-	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64())}
+	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64()),
+		lost: make(chan struct{}), watchReady: make(chan struct{})}
 	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
 	var resp *clientv3.TxnResponse
 	if wait {
@@ -433,10 +434,13 @@ type Lease struct {
 	deadline time.Time // guarded by mu
 	released bool      // guarded by mu
 
-	watchOnce sync.Once
-	lost      chan struct{}      // closed when the grant's key is gone
-	stopWatch context.CancelFunc // ends the watch behind lost
-	watchDone chan struct{}      // closed when that watch's goroutine returns
+	lost    chan struct{} // made with the Lease; closed by the watch behind Lost
+	lostWhy error         // written once, before lost is closed
+
+	watchOnce  sync.Once
+	stopWatch  context.CancelFunc // ends the watch behind lost
+	watchDone  chan struct{}      // closed when that watch's goroutine returns
+	watchReady chan struct{}      // closed once that watch is in place and found the key
 }
 
 var (
@@ -445,34 +449,82 @@ var (
 )
 
 // Lost implements [locks.LossNotifier]: the returned channel is closed when
-// the grant's key is deleted — its lease expired, an operator deleted it —
-// or is found gone. The first call starts a watch on the key (one goroutine
-// and one watcher on the client's shared stream); Release ends it.
+// the grant is known lost or can no longer be known held:
+//
+//   - its key is deleted — its lease expired, an operator deleted it — or is
+//     found gone when the watch starts;
+//   - the member the client is connected to has no leader: the watch is
+//     opened with clientv3.WithRequireLeader, so a member cut off from its
+//     peers (or whose cluster lost its quorum) ends it, after about three
+//     election timeouts without a leader (etcd's own rule for cancelling
+//     such streams), or refuses it at once when it has no leader already.
+//     A holder on the minority side of a partition cannot renew, and the
+//     majority will expire its lease and grant the lock again: this is the
+//     moment to stop, not the local deadline;
+//   - the watch ends for any other reason — the client closed, the watch
+//     cancelled or failed by the server (a compaction, say) — or its first
+//     read of the key fails: nothing would report a loss any more.
+//
+// Once it is closed, [Lease.Renew] fails with [locks.ErrNotHeld], wrapping
+// the reason, even if the cluster heals: the lock may have been granted
+// again meanwhile. Release still deletes the key if it is there.
+//
+// What it does not see: a connection that hangs without failing. clientv3
+// re-establishes a broken watch stream silently, so a client cut off from
+// a member that still has its leader learns nothing until the stream
+// comes back; the holder's local deadline (see package guard) covers that.
+//
+// The first call starts the watch (one goroutine and one watcher on the
+// client's require-leader stream); [Lease.Release] ends it, and the channel
+// is then never closed.
 func (s *Lease) Lost() <-chan struct{} {
 	s.watchOnce.Do(func() {
-		s.lost, s.watchDone = make(chan struct{}), make(chan struct{})
-		var ctx context.Context
-		ctx, s.stopWatch = context.WithCancel(context.Background())
+		s.watchDone = make(chan struct{})
+		ctx, stop := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		s.stopWatch = stop
 		wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		go func() {
 			defer close(s.watchDone)
-			for wr := range wch {
-				gone := false
-				if wr.Created {
-					resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
-					gone = err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev)
-				}
-				for _, ev := range wr.Events {
-					gone = gone || ev.Type == mvccpb.DELETE
-				}
-				if gone {
-					close(s.lost)
-					return
-				}
+			why := s.follow(ctx, wch)
+			if ctx.Err() != nil {
+				return // stopped by Release
 			}
+			s.lostWhy = why
+			close(s.lost)
 		}()
 	})
 	return s.lost
+}
+
+// follow reads the watch behind Lost until the grant's key is gone or the
+// watch can no longer tell, and says which.
+func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("etcdlock: watch of %q ended: %w", s.myKey, err)
+		}
+		if wr.Canceled {
+			return fmt.Errorf("etcdlock: watch of %q cancelled", s.myKey)
+		}
+		if wr.Created {
+			// The watch starts at the current revision: a deletion before
+			// it would never be reported.
+			resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
+			if err != nil {
+				return fmt.Errorf("etcdlock: reading %q: %w", s.myKey, err)
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+				return fmt.Errorf("etcdlock: key %q is gone", s.myKey)
+			}
+			close(s.watchReady)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return fmt.Errorf("etcdlock: key %q deleted at revision %d", s.myKey, ev.Kv.ModRevision)
+			}
+		}
+	}
+	return fmt.Errorf("etcdlock: watch of %q ended", s.myKey)
 }
 
 // stopWatching ends the watch behind Lost, if any, and waits for it.
@@ -526,13 +578,19 @@ func (s *Lease) abandon() {
 // Renew implements [locks.Lease]: a keep-alive of the grant's lease and,
 // sent alongside it (one round trip, not two), a check that its key is
 // still there with its create revision (a lease can outlive a key deleted
-// by hand). The deadline counts from before both were sent.
+// by hand). The deadline counts from before both were sent. After [Lease.Lost]
+// closed, Renew fails at once with [locks.ErrNotHeld] and the reason.
 func (s *Lease) Renew(ctx context.Context) error {
 	s.mu.Lock()
 	released := s.released
 	s.mu.Unlock()
 	if released {
 		return locks.NotHeldError("renew", s.key, s.Token())
+	}
+	select {
+	case <-s.lost:
+		return fmt.Errorf("%w: %w", locks.NotHeldError("renew", s.key, s.Token()), s.lostWhy)
+	default:
 	}
 	held, err := s.refresh(ctx)
 	if err != nil {
