@@ -499,6 +499,7 @@ func (s *Lease) Lost() <-chan struct{} {
 // follow reads the watch behind Lost until the grant's key is gone or the
 // watch can no longer tell, and says which.
 func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
+	ready := false
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			return fmt.Errorf("etcdlock: watch of %q ended: %w", s.myKey, err)
@@ -506,7 +507,7 @@ func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
 		if wr.Canceled {
 			return fmt.Errorf("etcdlock: watch of %q cancelled", s.myKey)
 		}
-		if wr.Created {
+		if wr.Created && !ready { // clientv3 reports only the first creation; resumed watches miss nothing
 			// The watch starts at the current revision: a deletion before
 			// it would never be reported.
 			resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
@@ -516,6 +517,7 @@ func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
 				return fmt.Errorf("etcdlock: key %q is gone", s.myKey)
 			}
+			ready = true
 			close(s.watchReady)
 		}
 		for _, ev := range wr.Events {
