@@ -475,8 +475,9 @@ var (
 // comes back; the holder's local deadline (see package guard) covers that.
 //
 // The first call starts the watch (one goroutine and one watcher on the
-// client's require-leader stream); [Lease.Release] ends it, and the channel
-// is then never closed.
+// client's require-leader stream). [Lease.Release] ends it and waits for
+// its goroutine: the channel may close while Release deletes the key (a
+// deletion like any other), never after Release returned.
 func (s *Lease) Lost() <-chan struct{} {
 	s.watchOnce.Do(func() {
 		s.watchDone = make(chan struct{})
