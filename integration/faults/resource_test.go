@@ -217,7 +217,7 @@ func (s *resourceService) fence(t *testing.T, enforcer string) token.Fence {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cli.Close() })
-		return etcdlock.NewFence(cli, db.Prefix+"fence/")
+		return etcdlock.NewFence(cli, etcdlock.FenceOptions{Prefix: db.Prefix + "fence/"})
 	case httpZK:
 		z := servers.ZooKeeper(t)
 		conn, _, err := zk.Connect(z.Addrs, 10*time.Second, zk.WithLogger(zkLogger{quietLog}))

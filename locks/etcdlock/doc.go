@@ -1,5 +1,7 @@
 // Package etcdlock is a [locks.Locker] on etcd v3, whose fencing token is
-// the create revision of the grant's key, and an etcd-backed [token.Fence].
+// the create revision of the grant's key, the [Sequencer] that tells a
+// resource the token of a lock's current grant, and an etcd-backed
+// [token.Fence].
 //
 // # Tokens
 //
@@ -10,7 +12,8 @@
 // this lock and of any other. (Not the Mutex's Header().Revision: when the
 // lock was contended that is the revision at which the waiter learned of
 // its turn, not its key's.) Nothing short of restoring an old snapshot makes
-// revisions go back.
+// revisions go back. Revisions are int64 and tokens uint64: every token is
+// exact, and the ceiling, 2^63−1 revisions, is out of reach.
 //
 // # Queue and wake-up
 //
@@ -25,6 +28,25 @@
 // watches from the revision of its last read, typically waits that long
 // after a release under contention. Each grant's key has a name of its
 // own, never reused. A cancelled or failed acquire deletes its key.
+//
+// # Hand-over: a turn is checked before it is taken
+//
+// The deletions a waiter counts may be old news: a waiter paused (GC,
+// SIGSTOP, swap) while the lock was handed to it, past its own lease's
+// TTL, resumes to find the keys ahead deleted in its watch, while etcd has
+// since deleted its own key too (maybe in a later watch response, maybe
+// not yet delivered) and granted the lock to someone else. So when the
+// queue ahead is empty, the waiter takes its turn without a request only
+// while its conservative local deadline — counted from before its last
+// keep-alive was sent — is more than half a TTL away: its lease, and with
+// it its key, is then alive, and a key that is there with nothing older
+// ahead of it holds the lock. Otherwise it sends a keep-alive and reads its
+// key (one round trip); if the key is gone it queues again, behind whoever
+// holds the lock now, within the same Acquire (up to three fresh attempts
+// while ctx allows), and the grant it eventually returns has a larger
+// token than that holder's. Without the check such a waiter returned a
+// grant, with a token below the current holder's, while the other held
+// the lock: fencing kept the data safe, but not mutual exclusion.
 //
 // # Leases and what TTL means here
 //
@@ -52,4 +74,64 @@
 // — the known bug of concurrency.Mutex, whose Unlock deletes by name and so
 // deletes a re-acquisition made through the same session. [Lease.IsOwner]
 // exposes the same guard for the caller's own transactions.
+//
+// # Loss
+//
+// [Lease.Lost] (which package guard watches) is closed when the grant is
+// known lost or can no longer be known held:
+//
+//   - its key is deleted: the lease expired, or an operator's hand;
+//   - the member the client talks to has no leader. The watch requires
+//     one (clientv3.WithRequireLeader), so etcd ends it after about three
+//     election timeouts without a leader (4 to 5s with the default 1s
+//     election timeout) — by then the majority may be expiring the lease
+//     it can no longer renew. A holder on the wrong side of a partition
+//     thus stops when its member loses the cluster, not only at its local
+//     deadline;
+//   - the watch ends for any other reason: the client closed, the server
+//     cancelled it, its first read failed.
+//
+// After that, [Lease.Renew] fails with [locks.ErrNotHeld]. A connection cut
+// while the member keeps its leader is not reported (clientv3 reconnects
+// the watch silently): the local deadline covers it. [Lease.Release] ends
+// the watch.
+//
+// # Forged tokens
+//
+// A token is a number, not a credential: any client of a fenced resource
+// can present any token, and one above the next grants' would raise the
+// resource's mark and lock every honest holder out. etcd's tokens are
+// revisions, far below the clock in µs, so the default local check
+// ([token.ClockBound]) bounds nothing here. [NewSequencer] gives the
+// resource the bound that does — Chubby's CheckSequencer — for
+// token.SequencerCheck: the create revision of the current holder's key,
+// from one linearizable read of the lock's queue (or, when nobody holds
+// it, the read's revision: at least every grant so far, below every later
+// one; never decreasing). Threat model:
+//
+//   - The forger controls the token it presents, not the lock. Anything
+//     above the current holder's token is refused with [token.ErrForged],
+//     before any mark moves; the most a forger can do is present the
+//     holder's token, or one below it, and act as the holder until the
+//     next grant — which is above it and gets through, and so does every
+//     waiter after it, in order.
+//   - [Locker.Issued] is not such a bound: it is the cluster's revision,
+//     above every token granted so far, queued waiters' included. A token
+//     fixed when a waiter joined is below it, so a forger presenting
+//     Issued() was accepted and every queued waiter refused afterwards;
+//     only grants made after the forgery got through.
+//   - The check fails closed (no answer from etcd, no claim), caches its
+//     last answer per lock (a token at or below it costs no query), and
+//     needs the lock's key: the resource derives it from itself, and the
+//     Sequencer's prefix must be the Locker's Options.Prefix.
+//
+// # The Fence
+//
+// [Fence] stores marks in etcd. Its check ([FenceOptions].Check, default
+// [token.DefaultCheck]) runs first, through [token.Admit]; then one
+// transaction compares and writes — a token equal to the mark is written
+// again, so every acceptance and refusal is decided by a transaction in
+// etcd's replicated log, linearizable through any member, never by a read
+// a lagging member could serve. [Fence.Reset] sets one mark by name in one
+// transaction and logs it (token.LogReset).
 package etcdlock

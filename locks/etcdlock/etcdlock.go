@@ -30,13 +30,17 @@ type Client interface {
 // minimum (1.5 election timeouts, 2s with default settings).
 const MinTTL = time.Second
 
+const defaultPrefix = "/fenceguard/lock/"
+
 // ErrClosed is returned by calls on a closed Locker.
 var ErrClosed = errors.New("etcdlock: locker closed")
 
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
 	// Prefix starts every key the locker writes. Default
-	// "/fenceguard/lock/".
+	// "/fenceguard/lock/". The queue of lock key k is Prefix +
+	// url.PathEscape(k) + "/"; a [Sequencer] for these locks needs the
+	// same Prefix.
 	Prefix string
 
 	// IdleLeases is how many unused leases per TTL the locker keeps for
@@ -69,7 +73,7 @@ func New(c Client, o Options) (*Locker, error) {
 		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
 	}
 	if o.Prefix == "" {
-		o.Prefix = "/fenceguard/lock/"
+		o.Prefix = defaultPrefix
 	}
 	if o.IdleLeases == 0 {
 		o.IdleLeases = 16
@@ -103,7 +107,10 @@ func (l *Locker) Close() error {
 }
 
 // queue returns the key prefix under which grants of key queue.
-func (l *Locker) queue(key string) string { return l.o.Prefix + url.PathEscape(key) + "/" }
+func (l *Locker) queue(key string) string { return queuePrefix(l.o.Prefix, key) }
+
+// queuePrefix is the layout of a lock's queue, shared with [Sequencer].
+func queuePrefix(prefix, key string) string { return prefix + url.PathEscape(key) + "/" }
 
 func seconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
 
@@ -168,8 +175,14 @@ func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.T
 }
 
 // Issued returns an upper bound of every token granted so far, for any key:
-// the cluster's current revision. A presented token above it was never
-// issued — resources use this to refuse forged tokens (see package httpmw).
+// the cluster's current revision, from a linearizable read, exactly (a
+// revision is an int64; nothing on the way is floating point).
+//
+// It bounds what was issued, not what a resource should accept: a queued
+// waiter's token is fixed when it joins, so a forger presenting Issued()
+// — above every waiter's token — is let in and every waiter is refused
+// as stale. Resources refuse forgeries with token.SequencerCheck on
+// [NewSequencer] instead, whose bound is the current holder's token.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	resp, err := l.c.Get(ctx, l.queue(key), clientv3.WithCountOnly())
 	if err != nil {
@@ -224,7 +237,8 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	q := l.queue(key)
 	// A fresh name per grant, even with a reused lease: a waiter watching
 	// its predecessor by name must never mistake a later grant for it.
-	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64())}
+	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64()),
+		lost: make(chan struct{}), watchReady: make(chan struct{})}
 	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
 	var resp *clientv3.TxnResponse
 	if wait {
@@ -283,7 +297,9 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 // and from then on counts their deletions as the watch reports them: the
 // hand-over costs the waiter no request at all. (A watch opened at an older
 // revision would be served by etcd's catch-up of lagging watchers, every
-// 100ms, not at once.) Our lease is kept alive meanwhile.
+// 100ms, not at once.) Our lease is kept alive meanwhile. When the keys
+// ahead are gone, confirmTurn makes sure the news is not older than our
+// own key.
 func (s *Lease) waitTurn(ctx context.Context, q string) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -329,7 +345,7 @@ func (s *Lease) waitTurn(ctx context.Context, q string) error {
 				delete(ahead, string(ev.Kv.Key))
 			}
 			if ahead != nil && len(ahead) == 0 {
-				return nil // our turn
+				return s.confirmTurn(ctx)
 			}
 		case <-keepAlive.C:
 			sent := time.Now()
@@ -346,6 +362,64 @@ func (s *Lease) waitTurn(ctx context.Context, q string) error {
 	}
 }
 
+// confirmTurn runs when the keys ahead are gone: the lock is ours if our own
+// key is still there. The deletions that said so may be old news — the
+// waiter paused (GC, SIGSTOP, swap), or its watch lagged, while its lease
+// ran out and etcd deleted its key, and then someone else queued and took
+// the lock; the deletion of our key may be in a later watch response than
+// the ones that emptied the queue ahead, or still on its way. While the
+// local deadline (from before our last keep-alive was sent) is more than
+// half a TTL away, the lease is alive and so is our key (unless deleted by
+// hand, which [Lease.Lost] reports): the turn is ours and costs no
+// request, as in the common case, where keep-alives every third of a TTL
+// keep it at least two thirds away. Otherwise one round trip
+// (a keep-alive and a read of our key, together) decides it, and refreshes
+// the deadline the caller gets; a lapsed key means starting over, with an
+// error that [Locker.Acquire] retries.
+func (s *Lease) confirmTurn(ctx context.Context) error {
+	if time.Until(s.Deadline()) > s.ttl/2 {
+		return nil
+	}
+	held, err := s.refresh(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("etcdlock: waiting key %q lapsed before its turn was seen: %w", s.myKey, rpctypes.ErrLeaseNotFound)
+	}
+	return nil
+}
+
+// refresh sends a keep-alive of the grant's lease and, alongside it (one
+// round trip, not two), a linearizable read of its key. It reports whether
+// the key is there with this grant's create revision and the lease lives,
+// and then moves the deadline, counted from before both were sent.
+func (s *Lease) refresh(ctx context.Context) (held bool, err error) {
+	sent := time.Now()
+	kept := make(chan error, 1)
+	go func() {
+		_, err := s.c.KeepAliveOnce(ctx, s.id)
+		kept <- err
+	}()
+	resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
+	if kerr := <-kept; kerr != nil {
+		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+			return false, nil
+		}
+		return false, kerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+		return false, nil
+	}
+	s.mu.Lock()
+	s.deadline = sent.Add(s.ttl)
+	s.mu.Unlock()
+	return true, nil
+}
+
 // Lease is an etcdlock grant. It implements [locks.Lease].
 type Lease struct {
 	l     *Locker
@@ -360,10 +434,13 @@ type Lease struct {
 	deadline time.Time // guarded by mu
 	released bool      // guarded by mu
 
-	watchOnce sync.Once
-	lost      chan struct{}      // closed when the grant's key is gone
-	stopWatch context.CancelFunc // ends the watch behind lost
-	watchDone chan struct{}      // closed when that watch's goroutine returns
+	lost    chan struct{} // made with the Lease; closed by the watch behind Lost
+	lostWhy error         // written once, before lost is closed
+
+	watchOnce  sync.Once
+	stopWatch  context.CancelFunc // ends the watch behind lost
+	watchDone  chan struct{}      // closed when that watch's goroutine returns
+	watchReady chan struct{}      // closed once that watch is in place and found the key
 }
 
 var (
@@ -372,34 +449,85 @@ var (
 )
 
 // Lost implements [locks.LossNotifier]: the returned channel is closed when
-// the grant's key is deleted — its lease expired, an operator deleted it —
-// or is found gone. The first call starts a watch on the key (one goroutine
-// and one watcher on the client's shared stream); Release ends it.
+// the grant is known lost or can no longer be known held:
+//
+//   - its key is deleted — its lease expired, an operator deleted it — or is
+//     found gone when the watch starts;
+//   - the member the client is connected to has no leader: the watch is
+//     opened with clientv3.WithRequireLeader, so a member cut off from its
+//     peers (or whose cluster lost its quorum) ends it, after about three
+//     election timeouts without a leader (etcd's own rule for cancelling
+//     such streams), or refuses it at once when it has no leader already.
+//     A holder on the minority side of a partition cannot renew, and the
+//     majority will expire its lease and grant the lock again: this is the
+//     moment to stop, not the local deadline;
+//   - the watch ends for any other reason — the client closed, the watch
+//     cancelled or failed by the server (a compaction, say) — or its first
+//     read of the key fails: nothing would report a loss any more.
+//
+// Once it is closed, [Lease.Renew] fails with [locks.ErrNotHeld], wrapping
+// the reason, even if the cluster heals: the lock may have been granted
+// again meanwhile. Release still deletes the key if it is there.
+//
+// What it does not see: a connection that hangs without failing. clientv3
+// re-establishes a broken watch stream silently, so a client cut off from
+// a member that still has its leader learns nothing until the stream
+// comes back; the holder's local deadline (see package guard) covers that.
+//
+// The first call starts the watch (one goroutine and one watcher on the
+// client's require-leader stream). [Lease.Release] ends it and waits for
+// its goroutine: the channel may close while Release deletes the key (a
+// deletion like any other), never after Release returned.
 func (s *Lease) Lost() <-chan struct{} {
 	s.watchOnce.Do(func() {
-		s.lost, s.watchDone = make(chan struct{}), make(chan struct{})
-		var ctx context.Context
-		ctx, s.stopWatch = context.WithCancel(context.Background())
+		s.watchDone = make(chan struct{})
+		ctx, stop := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		s.stopWatch = stop
 		wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		go func() {
 			defer close(s.watchDone)
-			for wr := range wch {
-				gone := false
-				if wr.Created {
-					resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
-					gone = err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev)
-				}
-				for _, ev := range wr.Events {
-					gone = gone || ev.Type == mvccpb.DELETE
-				}
-				if gone {
-					close(s.lost)
-					return
-				}
+			why := s.follow(ctx, wch)
+			if ctx.Err() != nil {
+				return // stopped by Release
 			}
+			s.lostWhy = why
+			close(s.lost)
 		}()
 	})
 	return s.lost
+}
+
+// follow reads the watch behind Lost until the grant's key is gone or the
+// watch can no longer tell, and says which.
+func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
+	ready := false
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("etcdlock: watch of %q ended: %w", s.myKey, err)
+		}
+		if wr.Canceled {
+			return fmt.Errorf("etcdlock: watch of %q cancelled", s.myKey)
+		}
+		if wr.Created && !ready { // clientv3 reports only the first creation; resumed watches miss nothing
+			// The watch starts at the current revision: a deletion before
+			// it would never be reported.
+			resp, err := s.c.Get(ctx, s.myKey, clientv3.WithKeysOnly())
+			if err != nil {
+				return fmt.Errorf("etcdlock: reading %q: %w", s.myKey, err)
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+				return fmt.Errorf("etcdlock: key %q is gone", s.myKey)
+			}
+			ready = true
+			close(s.watchReady)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return fmt.Errorf("etcdlock: key %q deleted at revision %d", s.myKey, ev.Kv.ModRevision)
+			}
+		}
+	}
+	return fmt.Errorf("etcdlock: watch of %q ended", s.myKey)
 }
 
 // stopWatching ends the watch behind Lost, if any, and waits for it.
@@ -453,7 +581,8 @@ func (s *Lease) abandon() {
 // Renew implements [locks.Lease]: a keep-alive of the grant's lease and,
 // sent alongside it (one round trip, not two), a check that its key is
 // still there with its create revision (a lease can outlive a key deleted
-// by hand). The deadline counts from before both were sent.
+// by hand). The deadline counts from before both were sent. After [Lease.Lost]
+// closed, Renew fails at once with [locks.ErrNotHeld] and the reason.
 func (s *Lease) Renew(ctx context.Context) error {
 	s.mu.Lock()
 	released := s.released
@@ -461,28 +590,18 @@ func (s *Lease) Renew(ctx context.Context) error {
 	if released {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
-	sent := time.Now()
-	kept := make(chan error, 1)
-	go func() {
-		_, err := s.c.KeepAliveOnce(ctx, s.id)
-		kept <- err
-	}()
-	resp, err := s.c.Get(ctx, s.myKey)
-	if kerr := <-kept; kerr != nil {
-		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
-			return locks.NotHeldError("renew", s.key, s.Token())
-		}
-		return fmt.Errorf("etcdlock: renew %q: %w", s.key, kerr)
+	select {
+	case <-s.lost:
+		return fmt.Errorf("%w: %w", locks.NotHeldError("renew", s.key, s.Token()), s.lostWhy)
+	default:
 	}
+	held, err := s.refresh(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: renew %q: %w", s.key, err)
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.rev {
+	if !held {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
-	s.mu.Lock()
-	s.deadline = sent.Add(s.ttl)
-	s.mu.Unlock()
 	return nil
 }
 

@@ -3,6 +3,9 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,9 +334,64 @@ func TestIssuedBoundsTokens(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		d := servers.EtcdEmbedded(t)
-		f := etcdlock.NewFence(newClient(t, d.Endpoints), d.Prefix+"fence/")
+		f := etcdlock.NewFence(newClient(t, d.Endpoints), etcdlock.FenceOptions{
+			Prefix: d.Prefix + "fence/", Check: check, Logger: slog.New(slog.DiscardHandler),
+		})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
 }
+
+// Reset writes one audit record per reset, with the store, the resource
+// and both marks; a mark key holding something other than a mark is
+// repaired all the same, and the error says what it held.
+func TestFenceResetAudited(t *testing.T) {
+	d := servers.EtcdEmbedded(t)
+	c := newClient(t, d.Endpoints)
+	var mu sync.Mutex
+	var records []string
+	logger := slog.New(recordHandler(func(r slog.Record) {
+		attrs := ""
+		r.Attrs(func(a slog.Attr) bool { attrs += " " + a.String(); return true })
+		mu.Lock()
+		records = append(records, r.Level.String()+attrs)
+		mu.Unlock()
+	}))
+	f := etcdlock.NewFence(c, etcdlock.FenceOptions{Prefix: d.Prefix + "fence/", Check: token.NoCheck(), Logger: logger})
+	ctx := ctxFor(t, time.Minute)
+	if err := f.Claim(ctx, "r", 40); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := f.Reset(ctx, "r", 7); prev != 40 || err != nil {
+		t.Fatalf("Reset = %d, %v", prev, err)
+	}
+	if _, err := c.Put(ctx, d.Prefix+"fence/junk", "not a mark"); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := f.Reset(ctx, "junk", 9); prev != 0 || err == nil || !strings.Contains(err.Error(), "not a mark") {
+		t.Fatalf("Reset of a key holding junk = %d, %v; want 0 and an error naming it", prev, err)
+	}
+	if hw, err := f.HighWater(ctx, "junk"); hw != 9 || err != nil {
+		t.Fatalf("after the reset, junk's mark = %d, %v; want 9", hw, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"WARN store=etcd resource=r from=40 to=7",
+		"WARN store=etcd resource=junk from=0 to=9",
+	}
+	if fmt.Sprint(records) != fmt.Sprint(want) {
+		t.Fatalf("audit records %q, want %q", records, want)
+	}
+}
+
+type recordHandler func(slog.Record)
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h(r)
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
