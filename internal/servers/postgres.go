@@ -30,7 +30,13 @@ type PG struct {
 // package's shared PostgreSQL server (started on first use).
 func Postgres(t testing.TB) *PG {
 	t.Helper()
-	sh := sharedPG.get(t, startSharedPG)
+	return newDatabase(t, sharedPG.get(t, startSharedPG))
+}
+
+// newDatabase creates the calling test's database through sh's admin DSN and
+// drops it when the test ends.
+func newDatabase(t testing.TB, sh pgShared) *PG {
+	t.Helper()
 	db := "fg_" + runID + "_" + strconv.FormatInt(seq.Add(1), 10)
 	if err := pgAdmin(sh.admin, "CREATE DATABASE "+pgwire.QuoteIdentifier(db)); err != nil {
 		t.Fatalf("servers: creating database %s: %v", db, err)
