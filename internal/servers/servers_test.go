@@ -53,7 +53,9 @@ func pgConn(t *testing.T, dsn string) *pgwire.Conn {
 	return c
 }
 
-func pgConnect(ctx context.Context, dsn string) (*pgwire.Conn, error) { return pgwire.Connect(ctx, dsn) }
+func pgConnect(ctx context.Context, dsn string) (*pgwire.Conn, error) {
+	return pgwire.Connect(ctx, dsn)
+}
 
 func etcdClient(eps []string) *etcdgw.Client { return etcdgw.New(eps) }
 
