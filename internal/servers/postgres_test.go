@@ -2,6 +2,9 @@ package servers
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,6 +78,7 @@ func TestPostgresFaults(t *testing.T) {
 	if err := c.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1), (2)"); err != nil {
 		t.Fatal(err)
 	}
+	checkShmVisible(t, s)
 
 	// Pause: an open session gets no answer; Resume: it does again.
 	if err := s.Pause(); err != nil {
@@ -223,5 +227,26 @@ func TestPostgresDuplicateDatabaseError(t *testing.T) {
 	var pe *pgwire.Error
 	if !errors.As(err, &pe) || pe.Code != pgwire.CodeDuplicateDatabase {
 		t.Fatalf("second CREATE DATABASE: %v, want SQLSTATE %s", err, pgwire.CodeDuplicateDatabase)
+	}
+}
+
+// checkShmVisible: the harness reads a live postmaster's System V segment
+// (key and attach count) the way its cleanup after a crash does.
+func checkShmVisible(t *testing.T, s *Server) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 || len(strings.Fields(lines[6])) != 2 {
+		t.Fatalf("postmaster.pid has no shared memory line:\n%s", b)
+	}
+	f := strings.Fields(lines[6])
+	key, _ := strconv.ParseInt(f[0], 10, 64)
+	id, _ := strconv.Atoi(f[1])
+	gotKey, nattch, ok := shmStat(id)
+	if runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") && (!ok || gotKey != key || nattch == 0) {
+		t.Fatalf("shmStat(%d) = key %d, %d attached, %v; want key %d, attached", id, gotKey, nattch, ok, key)
 	}
 }
