@@ -118,7 +118,6 @@ func TestPortTakenRetries(t *testing.T) {
 	}{
 		{"redis", NewRedis},
 		{"etcd", NewEtcd},
-		{"postgres", NewPostgres},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			calls := 0
