@@ -128,12 +128,17 @@ func TestPostgresFaults(t *testing.T) {
 		t.Fatalf("after Stop+Start(false): count = %s, %v; want 3", n, err)
 	}
 
-	// Start(true): initialized anew.
+	// Kill + Start(true): initialized anew, and the killed postmaster's
+	// shared memory segment does not outlive its data directory.
+	_, shmid := pgShm(t, s)
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Start(true); err != nil {
 		t.Fatal(err)
+	}
+	if _, _, ok := shmStat(shmid); ok && shmCleanupSupported() {
+		t.Errorf("shared memory segment %d of the killed postmaster left behind", shmid)
 	}
 	var pe *pgwire.Error
 	if _, err := query(); !errors.As(err, &pe) || pe.Code != "42P01" { // undefined_table
@@ -234,6 +239,16 @@ func TestPostgresDuplicateDatabaseError(t *testing.T) {
 // (key and attach count) the way its cleanup after a crash does.
 func checkShmVisible(t *testing.T, s *Server) {
 	t.Helper()
+	key, id := pgShm(t, s)
+	gotKey, nattch, ok := shmStat(id)
+	if shmCleanupSupported() && (!ok || gotKey != key || nattch == 0) {
+		t.Fatalf("shmStat(%d) = key %d, %d attached, %v; want key %d, attached", id, gotKey, nattch, ok, key)
+	}
+}
+
+// pgShm returns the key and id of a running postmaster's segment.
+func pgShm(t *testing.T, s *Server) (key int64, id int) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -243,10 +258,11 @@ func checkShmVisible(t *testing.T, s *Server) {
 		t.Fatalf("postmaster.pid has no shared memory line:\n%s", b)
 	}
 	f := strings.Fields(lines[6])
-	key, _ := strconv.ParseInt(f[0], 10, 64)
-	id, _ := strconv.Atoi(f[1])
-	gotKey, nattch, ok := shmStat(id)
-	if runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") && (!ok || gotKey != key || nattch == 0) {
-		t.Fatalf("shmStat(%d) = key %d, %d attached, %v; want key %d, attached", id, gotKey, nattch, ok, key)
-	}
+	key, _ = strconv.ParseInt(f[0], 10, 64)
+	id, _ = strconv.Atoi(f[1])
+	return key, id
+}
+
+func shmCleanupSupported() bool {
+	return runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
 }

@@ -155,6 +155,9 @@ func (s *Server) Start(wipe bool) error {
 }
 
 func (s *Server) wipeData() error {
+	// A killed postmaster's shared memory segment is found through the
+	// postmaster.pid in its data directory: remove it before the file goes.
+	cleanupStaleShm(filepath.Dir(s.dir))
 	if err := os.RemoveAll(s.dataDir()); err != nil {
 		return fmt.Errorf("servers: %s: wipe: %w", s.name, err)
 	}
