@@ -53,7 +53,7 @@
 //
 // [NewProxy] puts an in-process TCP proxy in front of any address, so a test
 // can cut, delay, slow or blackhole its own clients' connections while the
-// server, and other clients, carry on. A [RedisReplica] reaches its master
+// server, and other clients, carry on. A [RedisReplication]'s replica reaches its master
 // through one, so replication itself can be cut or delayed.
 //
 // # The harness's own clients

@@ -50,7 +50,7 @@ func ExampleNewRedisReplica() {
 	_ = func(t *testing.T) {
 		master := servers.NewRedis(t)
 		r := servers.NewRedisReplica(t, master)
-		r.Link.Delay(200 * time.Millisecond) // reads on r.Server.Addr() are 200 ms stale
+		r.Link.Delay(200 * time.Millisecond) // reads on r.Replica.Addr() are 200 ms stale
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := r.Promote(ctx); err != nil { // failover

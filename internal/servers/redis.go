@@ -168,6 +168,9 @@ func (k redisKind) command(s *Server) (*exec.Cmd, error) {
 		"--save", "",
 		"--appendonly", "yes",
 		"--appendfsync", "everysec",
+		// A master waits 5 s for more replicas before a diskless full sync
+		// (Redis 7's default); a test's replica should not.
+		"--repl-diskless-sync-delay", "0",
 	)
 	cmd.Dir = s.dir
 	return cmd, nil

@@ -12,21 +12,21 @@ import (
 	"github.com/fenceguard/fenceguard/internal/servers/internal/resp"
 )
 
-// RedisReplica is a Redis replica the harness started for one test, to
-// read a master's data with replication lag and to fail over to.
-type RedisReplica struct {
-	// Server is the replica's process, with the usual faults. A restart
+// RedisReplication is a Redis master and a replica the harness started for
+// it, to read the master's data with replication lag and to fail over to.
+type RedisReplication struct {
+	// Master is the server replicated, as given to NewRedisReplica.
+	Master *Server
+	// Replica is the replica's process, with the usual faults. A restart
 	// (Start) makes it a replica of Master again, Promote notwithstanding:
 	// --replicaof is on its command line.
-	Server *Server
+	Replica *Server
 	// Link is the proxy the replica reaches its master through: Cut it to
 	// partition the replica from the master (it notices at once), Delay it
 	// to make the replica lag by that much, Blackhole it to stall
 	// replication silently (the replica gives up on the master only after
 	// repl-timeout, 60 s). Clients of the replica do not go through it.
 	Link *Proxy
-	// Master is the server it replicates.
-	Master *Server
 }
 
 // NewRedisReplica starts a replica of master (a Redis server from NewRedis
@@ -34,7 +34,7 @@ type RedisReplica struct {
 // [Proxy] (Link), and returns once the initial sync is done. It is torn down
 // when the test ends. The replica is read-only, as Redis replicas are by
 // default.
-func NewRedisReplica(t testing.TB, master *Server) *RedisReplica {
+func NewRedisReplica(t testing.TB, master *Server) *RedisReplication {
 	t.Helper()
 	requireMain(t)
 	if _, ok := master.kind.(redisKind); !ok {
@@ -49,7 +49,7 @@ func NewRedisReplica(t testing.TB, master *Server) *RedisReplica {
 		t.Fatal(err)
 	}
 	dedicated(t, s)
-	r := &RedisReplica{Server: s, Link: link, Master: master}
+	r := &RedisReplication{Master: master, Replica: s, Link: link}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := r.WaitSynced(ctx); err != nil {
@@ -79,7 +79,7 @@ func (k redisReplicaKind) command(s *Server) (*exec.Cmd, error) {
 
 // WaitSynced waits until the replica is connected to its master and has
 // applied everything the master had written when WaitSynced was called.
-func (r *RedisReplica) WaitSynced(ctx context.Context) error {
+func (r *RedisReplication) WaitSynced(ctx context.Context) error {
 	target, err := redisInfoField(ctx, r.Master.Addr(), "replication", "master_repl_offset")
 	if err != nil {
 		return fmt.Errorf("servers: %s: %w", r.Master.Name(), err)
@@ -89,7 +89,7 @@ func (r *RedisReplica) WaitSynced(ctx context.Context) error {
 	defer tick.Stop()
 	var last error
 	for {
-		info, err := redisInfo(ctx, r.Server.Addr(), "replication")
+		info, err := redisInfo(ctx, r.Replica.Addr(), "replication")
 		if err == nil {
 			got, _ := strconv.ParseInt(info["slave_repl_offset"], 10, 64)
 			switch {
@@ -104,22 +104,33 @@ func (r *RedisReplica) WaitSynced(ctx context.Context) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("servers: %s not in sync: %v: %w", r.Server.Name(), last, context.Cause(ctx))
+			return fmt.Errorf("servers: %s not in sync: %v: %w", r.Replica.Name(), last, context.Cause(ctx))
 		case <-tick.C:
 		}
 	}
 }
 
-// Promote makes the replica a master (REPLICAOF NO ONE), as a failover
-// does; it keeps the data it had. The master and the Link are left alone.
-func (r *RedisReplica) Promote(ctx context.Context) error {
-	c, err := resp.Dial(ctx, r.Server.Addr())
+// Promote makes the replica a master (REPLICAOF NO ONE), as Sentinel or an
+// operator does in a failover: it keeps the data it had and accepts writes
+// from then on. The old master carries on as a master too, as after a
+// failover it was not told of; the Link is left alone.
+func (r *RedisReplication) Promote(ctx context.Context) error {
+	c, err := resp.Dial(ctx, r.Replica.Addr())
 	if err != nil {
-		return err
+		return fmt.Errorf("servers: promoting %s: %w", r.Replica.Name(), err)
 	}
 	defer c.Close()
-	_, err = c.Do(ctx, "REPLICAOF", "NO", "ONE")
-	return err
+	if _, err := c.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
+		return fmt.Errorf("servers: promoting %s: %w", r.Replica.Name(), err)
+	}
+	info, err := c.Info(ctx, "replication")
+	if err != nil {
+		return fmt.Errorf("servers: promoting %s: %w", r.Replica.Name(), err)
+	}
+	if role := info["role"]; role != "master" {
+		return fmt.Errorf("servers: promoting %s: role %q after REPLICAOF NO ONE", r.Replica.Name(), role)
+	}
+	return nil
 }
 
 func redisInfo(ctx context.Context, addr, section string) (map[string]string, error) {

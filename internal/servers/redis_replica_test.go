@@ -15,7 +15,7 @@ func TestRedisReplica(t *testing.T) {
 	if r.Master != master || r.Link.Upstream() != master.Addr() {
 		t.Fatalf("replica of %s through %s → %s", r.Master.Name(), r.Link.Addr(), r.Link.Upstream())
 	}
-	m, rep := redisConn(t, master.Addr()), redisConn(t, r.Server.Addr())
+	m, rep := redisConn(t, master.Addr()), redisConn(t, r.Replica.Addr())
 	ctx, cancel := ctxFor(30 * time.Second)
 	defer cancel()
 	get := func() any {
@@ -91,6 +91,30 @@ func TestRedisReplica(t *testing.T) {
 	}
 	if v := get(); v != "3" {
 		t.Fatalf("replica GET k after Restore = %v, want 3", v)
+	}
+
+	// A restarted replica replicates again.
+	if err := r.Replica.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Do(ctx, "SET", "k", "3b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Replica.Start(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep = redisConn(t, r.Replica.Addr())
+	if v := get(); v != "3b" {
+		t.Fatalf("restarted replica GET k = %v, want 3b", v)
+	}
+	if _, err := m.Do(ctx, "SET", "k", "3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	// Failover: the promoted replica takes writes, with the data it had.
