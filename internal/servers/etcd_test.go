@@ -136,7 +136,9 @@ func TestEtcdClusterSurvivesLeaderKill(t *testing.T) {
 		_, err := cli.Put(pctx, "k", "2")
 		return err
 	})
-	next, err := c.Leader(ctx)
+	lctx, lcancel := ctxFor(30 * time.Second)
+	defer lcancel()
+	next, err := c.Leader(lctx)
 	if err != nil {
 		t.Fatal(err)
 	}

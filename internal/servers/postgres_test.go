@@ -98,7 +98,9 @@ func TestPostgresFaults(t *testing.T) {
 	// Kill (crash) right after a commit: queries fail; Start(false) recovers
 	// every committed row.
 	ic := pgConn(t, s.DSN())
-	if err := ic.Exec(ctx, "INSERT INTO kept VALUES (3)"); err != nil {
+	ictx, icancel := ctxFor(10 * time.Second)
+	defer icancel()
+	if err := ic.Exec(ictx, "INSERT INTO kept VALUES (3)"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Kill(); err != nil {

@@ -10,7 +10,7 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	start := time.Now()
 	e := NewZooKeeperEnsemble(t, 3)
 	t.Logf("3-member ensemble up in %v", time.Since(start))
-	ctx, cancel := ctxFor(60 * time.Second)
+	ctx, cancel := ctxFor(2 * time.Minute) // the whole test, on a loaded machine
 	defer cancel()
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {

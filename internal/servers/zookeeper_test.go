@@ -84,7 +84,9 @@ func TestZooKeeperFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2 := zkConn(t, []string{s.Addr()})
-	data, _, err := c2.Get(ctx, "/kept")
+	gctx, gcancel := ctxFor(10 * time.Second)
+	defer gcancel()
+	data, _, err := c2.Get(gctx, "/kept")
 	if err != nil || string(data) != "v" {
 		t.Fatalf("after Kill+Start(false) /kept = %q, %v; want v", data, err)
 	}
