@@ -35,7 +35,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	fence := zklock.NewFence(conn, "/myapp/fences")
+	fence := zklock.NewFence(conn, zklock.FenceOptions{Prefix: "/myapp/fences"})
 
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
 		// Claim before acting: a holder that was paused past its lease is

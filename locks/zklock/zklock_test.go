@@ -616,9 +616,9 @@ func TestCloseEndsLeases(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		z := servers.ZooKeeper(t)
-		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Check: check, Logger: discardLog})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
 }
@@ -629,7 +629,7 @@ func TestFenceConformance(t *testing.T) {
 // below what it presented.
 func TestFenceAcrossConnections(t *testing.T) {
 	z := servers.ZooKeeper(t)
-	f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+	f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 	ctx := ctxFor(t, time.Minute)
 	if err := f.Claim(ctx, "r/with slash", 5); err != nil {
 		t.Fatal(err)
@@ -644,7 +644,7 @@ func TestFenceAcrossConnections(t *testing.T) {
 	var mu sync.Mutex
 	var top token.Token
 	for range 4 {
-		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 		wg.Go(func() {
 			for range 25 {
 				tok := token.Token(1 + rand.IntN(1000))
