@@ -20,7 +20,6 @@ type FenceConn interface {
 	Set(path string, data []byte, version int32) (*zk.Stat, error)
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Multi(ops ...any) ([]zk.MultiResponse, error)
-	Sync(path string) (string, error)
 }
 
 // FenceOptions configure a [Fence]. Zero fields select defaults.
@@ -53,8 +52,11 @@ type FenceOptions struct {
 //
 // A claim reads the mark and its version with a plain read, which the
 // member the session is connected to serves from its own copy: on a
-// follower that has not yet applied the latest writes, the read is stale.
-// So no claim is accepted on the read alone. The acceptance is decided by
+// follower that has not yet applied the latest writes, the read is stale
+// (and the leader, too, applies what it committed a moment later, so even
+// a session on the leader may read a write acknowledged through a
+// follower late). So no claim is accepted on the read alone, wherever the
+// session is connected. The acceptance is decided by
 // a write the leader orders, conditional on the version that was read:
 //
 //   - a higher token is written with a conditional set (setData with
@@ -89,9 +91,12 @@ type FenceOptions struct {
 // holder in (and restart the version, which the checks rely on). Reset
 // sets one by hand, with a conditional write.
 //
+// [Fence.HighWater] is exact the same way: the mark it read is confirmed
+// by a version check.
+//
 // Cost: an equal or higher claim is one read and one write through the
 // leader (the check writes a log entry, no data); a refused one is the
-// read.
+// read; HighWater is a read and a check.
 //
 // go-zookeeper's calls take no context: when ctx ends first, Claim returns
 // and the call in flight finishes in the background (its write, if any, is
@@ -174,19 +179,32 @@ func checkVersion(c FenceConn, p string, version int32) error {
 	return err
 }
 
-// HighWater returns the highest token resource has accepted, 0 if none,
-// read after a sync: at least every claim acknowledged before HighWater was
-// called (within the limits of ZooKeeper's sync, see "Read consistency").
+// HighWater returns the highest token resource has accepted, 0 if none.
+// The answer is exact at a point between the call and its return: the
+// mark read is confirmed by a version check through the leader (an absent
+// one by a check that finds no znode), as a claim's acceptance is; a
+// stale read makes it read again. So it costs a read and a write.
 func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
 	p := f.path(resource)
-	if err := fenceCall(ctx, func() error { _, err := f.c.Sync(p); return err }); err != nil {
-		return 0, fmt.Errorf("zklock: high-water %q: sync: %w", resource, err)
+	for {
+		cur, version, err := f.read(ctx, p)
+		if err != nil {
+			return 0, fmt.Errorf("zklock: high-water %q: %w", resource, err)
+		}
+		// Version -1 checks only that the znode exists.
+		err = fenceCall(ctx, func() error { return checkVersion(f.c, p, version) })
+		switch {
+		case version < 0 && errors.Is(err, zk.ErrNoNode):
+			return 0, nil
+		case version < 0 && err == nil:
+			continue // created since, through another member
+		case retryable(err):
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("zklock: high-water %q: %w", resource, err)
+		}
+		return cur, nil
 	}
-	cur, _, err := f.read(ctx, p)
-	if err != nil {
-		return 0, fmt.Errorf("zklock: high-water %q: %w", resource, err)
-	}
-	return cur, nil
 }
 
 // Reset implements [token.Resetter]: it sets resource's mark to to, lower
