@@ -56,8 +56,8 @@ type FenceOptions struct {
 // (and the leader, too, applies what it committed a moment later, so even
 // a session on the leader may read a write acknowledged through a
 // follower late). So no claim is accepted on the read alone, wherever the
-// session is connected. The acceptance is decided by
-// a write the leader orders, conditional on the version that was read:
+// session is connected. The acceptance is decided by a write the leader
+// orders, conditional on the version that was read:
 //
 //   - a higher token is written with a conditional set (setData with
 //     that version);
