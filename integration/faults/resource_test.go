@@ -225,7 +225,7 @@ func (s *resourceService) fence(t *testing.T, enforcer string) token.Fence {
 			t.Fatal(err)
 		}
 		t.Cleanup(conn.Close)
-		return zklock.NewFence(conn, z.Chroot+"/fence")
+		return zklock.NewFence(conn, zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 	}
 	t.Fatalf("no fence for %s", enforcer)
 	return nil

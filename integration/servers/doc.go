@@ -42,10 +42,10 @@
 //
 // # Faults
 //
-// [NewRedis], [NewRedisN], [NewPostgres], [NewEtcd], [NewEtcdCluster] and
-// [NewZooKeeper] start servers for the calling test alone, always from a local
-// binary (a fault needs a process the harness owns), and tear them down when
-// the test ends. Their [Server] handle stops (Stop), crashes (Kill, SIGKILL),
+// [NewRedis], [NewRedisN], [NewPostgres], [NewEtcd], [NewEtcdCluster],
+// [NewZooKeeper] and [NewZooKeeperEnsemble] start servers for the calling
+// test alone, always from a local binary (a fault needs a process the
+// harness owns), and tear them down when the test ends. Their [Server] handle stops (Stop), crashes (Kill, SIGKILL),
 // freezes (Pause, SIGSTOP) and thaws (Resume, SIGCONT) the server process and
 // restarts it on the same address (Start, keeping or wiping its data).
 //

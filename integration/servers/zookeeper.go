@@ -116,7 +116,11 @@ func newZKKind() *zkKind {
 	return &zkKind{java: java, classpath: strings.Join(cp, ":")}
 }
 
-func (*zkKind) prepare(ctx context.Context, s *Server) error {
+func (*zkKind) prepare(ctx context.Context, s *Server) error { return writeZKConfig(s, "") }
+
+// writeZKConfig writes zoo.cfg, with extra appended (an ensemble member's
+// server lines), and log4j.properties into s's directory.
+func writeZKConfig(s *Server, extra string) error {
 	if err := os.MkdirAll(s.dataDir(), 0o755); err != nil {
 		return err
 	}
@@ -133,7 +137,7 @@ admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok,mntr,envi
 forceSync=no
 maxClientCnxns=0
-`, s.dataDir(), s.port)
+`, s.dataDir(), s.port) + extra
 	const log4j = `log4j.rootLogger=INFO, CONSOLE
 log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout

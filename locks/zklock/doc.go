@@ -45,8 +45,73 @@
 // not the sequence number, which wraps and restarts when the key's znode is
 // re-created. Only restoring an old snapshot makes zxids go back.
 //
+// Zxids are positive 64-bit signed numbers, so tokens stay below 2⁶³
+// ([token.MaxInt64]); nothing converts them through floating point. The
+// [Fence] stores marks as decimal text and compares them as uint64: exact
+// over the whole range of [token.Token], 2⁶⁴−1 included.
+//
 // [Locker.Issued] bounds the tokens issued for a key (the key's znode's
-// Pzxid, after a sync), for the forged-token check of package httpmw.
+// Pzxid, after a sync) — waiters' included, so it is no bound for a
+// resource to check against: use the [Sequencer] (below).
+//
+// # Hand-over
+//
+// A waiter takes the lock from its predecessor's deletion event alone, with
+// no read, only while that proves the grant: the event is for the znode
+// just before its own, which was the first when listed (nothing can queue
+// ahead since: sequence numbers grow); its own znode was created by the
+// session now up (checked against the session id), in the same unbroken
+// connection (epoch) the event came in; and that session answered a
+// request sent at most TTL/8 ago. ZooKeeper counts a session's timeout
+// (at least the TTL) from the last packet it received, so the session —
+// and with it the waiter's znode — is alive until at least that send time
+// plus the TTL, which becomes the lease's deadline. A waiter that was
+// frozen (a pause, SIGSTOP, a stalled connection) while the event waited
+// for it fails the last test, however long its session seems up: it lists
+// the queue again, finds its session expired and queues anew, behind
+// whoever took the lock meanwhile. Every other path grants on a reply
+// that showed its znode first — the create's (the only child) or a
+// listing's — in an unbroken connection, dated from that request's send
+// time.
+//
+// # Fence
+//
+// [Fence] keeps resources' high-water marks in znodes, for resources that
+// live in ZooKeeper themselves. A session's reads are served by the member
+// it is connected to, which may lag the leader, so no claim is accepted on
+// a read: every acceptance — the equal token of the same holder's next
+// access included — is a write the leader orders, conditional on the
+// version read (a conditional set, a create, or a version check that
+// writes no data), which fails on a stale read and makes the claim look
+// again. That write is the claim's linearization point. A refusal rests
+// on the read alone: marks only rise, so a mark read above the token was
+// above it throughout. See [Fence] for why a sync before the read would
+// not be enough, for [Fence.Reset], and for the cost.
+//
+// # Forged tokens
+//
+// A token is a number, not a credential: a client of a resource can
+// present any. Zxids are far below the clock in µs, so the default check
+// of every fenceguard enforcer ([token.DefaultCheck], a clock bound)
+// bounds nothing here. Give the resource a [token.SequencerCheck] on a
+// [Sequencer] (Chubby's CheckSequencer): it answers, after a sync, the
+// Czxid of the key's first znode — the current holder's token — and the
+// resource refuses anything above it.
+//
+// Threat model: the attacker is a client of the resource that can present
+// any token for any resource, but cannot write to ZooKeeper (its ACLs keep
+// it out of the lock and mark znodes). The sequencer check bounds what it
+// presents by the current holder's token: it can at most act as the
+// current holder until the next grant, never raise a mark above it, so
+// the holder and every waiter queued behind it get through in turn. It
+// does not authenticate: a client that learns or guesses the current
+// token is let in like the holder. The check fails closed (a ZooKeeper
+// error refuses the claim); a sync that misses the newest writes (see
+// [Fence]) can only answer an older, lower token — the current holder may
+// be refused for a moment, a higher token never admitted. A forger who can
+// write to ZooKeeper can do anything and is out of scope. A mark poisoned
+// anyway (say, before the check was deployed) is set back by
+// [Fence.Reset], by name, with an audit record.
 //
 // # Sessions and TTLs
 //
@@ -96,6 +161,12 @@
 // connection and server errors come back wrapped, and mean the state of the
 // lock is unknown. The [locks.ErrNotHeld] of a lease says why it was lost.
 //
+// [Sequencer.Current] fails with [locks.ErrInvalid] for the empty key.
+// [Fence] returns the errors of package token ([token.StaleError],
+// [token.ForgedError] from its check, [token.ErrMissing],
+// [token.ErrNoResource]).
+//
 // A Locker owns its sessions and their goroutines: Close it, which ends its
-// leases too. Lockers and leases are safe for concurrent use.
+// leases too. A Fence and a Sequencer use a connection the caller owns and
+// hold nothing to close. All are safe for concurrent use.
 package zklock

@@ -35,7 +35,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	fence := zklock.NewFence(conn, "/myapp/fences")
+	fence := zklock.NewFence(conn, zklock.FenceOptions{Prefix: "/myapp/fences"})
 
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
 		// Claim before acting: a holder that was paused past its lease is
@@ -67,5 +67,28 @@ func ExampleLocker_Issued() {
 	}
 	if presented > bound {
 		log.Printf("token %d was never issued for sku:42 (bound %d): forged", presented, bound)
+	}
+}
+
+// A resource refuses every token above the current holder's, so a client
+// that makes tokens up can at worst act as the holder, never lock out the
+// queue behind it. (Not run: it needs a ZooKeeper server.)
+func ExampleNewSequencer() {
+	ctx := context.Background()
+	conn, _, err := zk.Connect([]string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	// The prefix of the lockers whose grants the resource accepts.
+	seq := zklock.NewSequencer(conn, "/myapp/locks")
+	fence := zklock.NewFence(conn, zklock.FenceOptions{
+		Prefix: "/myapp/fences",
+		Check:  token.SequencerCheck(seq, token.SequencerOptions{}),
+	})
+
+	presented := token.Token(1 << 40) // from a request header
+	if err := fence.Claim(ctx, "sku:42", presented); err != nil {
+		log.Print(err) // a ForgedError above the holder's token; a StaleError below the mark
 	}
 }

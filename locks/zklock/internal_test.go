@@ -51,6 +51,10 @@ func TestPredecessorAcrossTheWrap(t *testing.T) {
 			if pred != want || head != c.wantHead {
 				t.Fatalf("predecessor(%v, %s) = %q, head %v; want %q, head %v", shuffled, children[c.me], pred, head, want, c.wantHead)
 			}
+			// The Sequencer's holder is the queue's first, in the same order.
+			if first, ok := queueHead(shuffled); !ok || first != children[0] {
+				t.Fatalf("queueHead(%v) = %q, %v; want %q", shuffled, first, ok, children[0])
+			}
 		})
 	}
 	if _, ok := seq(name("X", minI32)); !ok {

@@ -267,8 +267,10 @@ func escape(key string) string {
 // follower that lags the leader cannot answer with an old one. When the
 // key's znode does not exist (never used, or removed while idle), the
 // prefix znode's Pzxid bounds its grants instead: removing the key's znode
-// raised it. A presented token above the bound was never issued:
-// resources use this to refuse forged tokens (see package httpmw).
+// raised it. A presented token above the bound was never issued; but the
+// bound counts the tokens of queued waiters too, so a forger presenting it
+// passes and locks the waiters out: resources should refuse tokens above
+// the current holder's instead, with a [Sequencer].
 //
 // Issued writes nothing. It uses an open session, or opens one with a 10s
 // timeout when the locker has none.

@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -616,9 +617,9 @@ func TestCloseEndsLeases(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		z := servers.ZooKeeper(t)
-		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Check: check, Logger: discardLog})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
 }
@@ -629,7 +630,7 @@ func TestFenceConformance(t *testing.T) {
 // below what it presented.
 func TestFenceAcrossConnections(t *testing.T) {
 	z := servers.ZooKeeper(t)
-	f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+	f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 	ctx := ctxFor(t, time.Minute)
 	if err := f.Claim(ctx, "r/with slash", 5); err != nil {
 		t.Fatal(err)
@@ -644,7 +645,7 @@ func TestFenceAcrossConnections(t *testing.T) {
 	var mu sync.Mutex
 	var top token.Token
 	for range 4 {
-		f := zklock.NewFence(inspect(t, z.Addrs), z.Chroot+"/fence")
+		f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 		wg.Go(func() {
 			for range 25 {
 				tok := token.Token(1 + rand.IntN(1000))
@@ -748,5 +749,52 @@ func TestWaiterRidesOutBrokenConnection(t *testing.T) {
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// records is a slog handler that keeps what it is handed.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *records) Enabled(context.Context, slog.Level) bool { return true }
+func (h *records) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r)
+	return nil
+}
+func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *records) WithGroup(string) slog.Handler      { return h }
+
+// A reset leaves one Warn record naming the store, the resource and both
+// marks; a refused one leaves none.
+func TestFenceResetIsAudited(t *testing.T) {
+	z := servers.ZooKeeper(t)
+	h := &records{}
+	f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Logger: slog.New(h)})
+	ctx := ctxFor(t, time.Minute)
+	if err := f.Claim(ctx, "sku/1", 40); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reset(ctx, "sku/1", 0); !errors.Is(err, token.ErrMissing) {
+		t.Fatalf("Reset to 0: %v", err)
+	}
+	if prev, err := f.Reset(ctx, "sku/1", 12); err != nil || prev != 40 {
+		t.Fatalf("Reset = %d, %v; want 40", prev, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.recs) != 1 || h.recs[0].Level != slog.LevelWarn {
+		t.Fatalf("records %v, want one Warn", h.recs)
+	}
+	got := map[string]string{}
+	h.recs[0].Attrs(func(a slog.Attr) bool { got[a.Key] = a.Value.String(); return true })
+	want := map[string]string{"store": "zookeeper", "resource": "sku/1", "from": "40", "to": "12"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("record %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
 	}
 }
