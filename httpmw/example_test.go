@@ -150,15 +150,21 @@ func ExampleTransport() {
 	// lock lost on sku:42: presented 7, resource has seen 8
 }
 
-// The forged-token check with memlock as the lock service: a token above
-// anything the locker issued is refused before it can raise the mark.
-func ExampleOptions_issued() {
+// The forged-token check with memlock as the lock service: the clock
+// bound refuses made-up tokens far above the clock at no cost, and the
+// sequencer check — memlock's Locker is a token.Sequencer — refuses
+// anything above the current holder's token, so a forger can never lock
+// the holder or its queue out.
+func ExampleOptions_check() {
+	ctx := context.Background()
 	locker := memlock.New()
 	var fence token.MemoryFence
 	mw, err := httpmw.New(httpmw.Options{
 		Resource: httpmw.PathValue("sku"),
 		Fence:    &fence,
-		Issued:   locker.Issued, // resource key = lock key here
+		// Resource key = lock key here ("sku:42"); otherwise map it with
+		// SequencerOptions.LockKey.
+		Check: token.All(token.ClockBound{}, token.SequencerCheck(locker, token.SequencerOptions{})),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -168,17 +174,21 @@ func ExampleOptions_issued() {
 		w.WriteHeader(http.StatusNoContent)
 	})))
 
-	lease, err := locker.Acquire(context.Background(), "sku:42", time.Minute)
+	lease, err := locker.Acquire(ctx, "sku:42", time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lease.Release(context.Background())
+	defer lease.Release(ctx)
 	fmt.Println("the holder:", send(mux, "PUT", "/sku/42", lease.Token().String()))
-	fmt.Println("a forger:", send(mux, "PUT", "/sku/42", "18446744073709551615"))
+	fmt.Println("a forger, far above the clock:", send(mux, "PUT", "/sku/42", "18446744073709551615"))
+	fmt.Println("a forger, just above the holder:", send(mux, "PUT", "/sku/42", (lease.Token()+1).String()))
+	fmt.Println("the holder again:", send(mux, "PUT", "/sku/42", lease.Token().String()))
 	fmt.Println("high-water is the holder's:", fence.HighWater("sku:42") == lease.Token())
 	// Output:
 	// the holder: 204
-	// a forger: 403 forged-token
+	// a forger, far above the clock: 403 forged-token
+	// a forger, just above the holder: 403 forged-token
+	// the holder again: 204
 	// high-water is the holder's: true
 }
 
