@@ -1,6 +1,7 @@
 // Package httpmw enforces fencing tokens over HTTP: server middleware that
 // refuses requests from holders who lost their lock, and a client
-// [Transport] that sends the token of the lease in the request's context.
+// [Transport] that sends the token of the lease in the request's context
+// to the resource it was granted for.
 //
 // # Server
 //
@@ -142,9 +143,21 @@
 // characters; anything else answers 404, so no path can reach a store that
 // would fail on it. Keys must be canonical: one key per resource.
 //
+// # Client
+//
+// [Transport] sends the token in a request's context only to a request
+// that [Transport.Key] maps to the context's lock key, and sends every
+// other request without it: a token granted for sku:42 never claims
+// sku:43. [RouteKey] builds the Key from the server's route, deriving the
+// same "name:value" key as [PathValue] and [ChiParam] (the same
+// unescaping), so client and server agree on which resource a request is
+// for. A Transport without a Key refuses requests whose context carries a
+// token rather than guess.
+//
 // # Errors
 //
-// [New] fails with an error wrapping [ErrBadOptions]. Clients test a
-// [Transport] error with errors.As(err, new(*token.StaleError)) or
-// errors.Is(err, token.ErrStale).
+// [New] and [RouteKey] fail with an error wrapping [ErrBadOptions].
+// Clients test a [Transport] error with errors.As(err,
+// new(*token.StaleError)) or errors.Is(err, token.ErrStale) for a stale
+// token, and errors.Is(err, [ErrNoKey]) for a Transport without a Key.
 package httpmw

@@ -106,8 +106,9 @@ func ExampleChiParam() {
 }
 
 // The client side: the Transport sends the token of the lease in the
-// request's context (guard.Do's function context carries it), and a stale
-// refusal comes back from http.Client.Do as a *token.StaleError.
+// request's context (guard.Do's function context carries it) to the
+// resource it was granted for, and only there; a stale refusal comes back
+// from http.Client.Do as a *token.StaleError.
 func ExampleTransport() {
 	var fence token.MemoryFence
 	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
@@ -115,15 +116,22 @@ func ExampleTransport() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, t, _ := token.FromContext(r.Context())
+		fmt.Printf("  %s %s, token %d\n", r.Method, r.URL.Path, t)
 		w.WriteHeader(http.StatusNoContent)
 	})))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}
-	put := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL+"/sku/42", nil)
+	// The client maps requests to lock keys the way the server does.
+	key, err := httpmw.RouteKey("sku", "/sku/{sku}")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: key}}
+	send := func(ctx context.Context, method, path string) error {
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, nil)
 		if err != nil {
 			return err
 		}
@@ -139,15 +147,44 @@ func ExampleTransport() {
 	// Here the contexts are made by hand; in a holder they come from
 	// guard.Do or a lease's Context.
 	ctx := context.Background()
-	_ = put(token.NewContext(ctx, "sku:42", 8)) // the current holder
-	err = put(token.NewContext(ctx, "sku:42", 7))
+	holder := token.NewContext(ctx, "sku:42", 8)
+	_ = send(holder, "PUT", "/sku/42") // carries 8
+	_ = send(holder, "GET", "/sku/43") // another resource: no token
+	err = send(token.NewContext(ctx, "sku:42", 7), "PUT", "/sku/42")
 	var stale *token.StaleError
 	if errors.As(err, &stale) {
 		fmt.Printf("lock lost on %s: presented %d, resource has seen %d\n", stale.Resource, stale.Presented, stale.Current)
 	}
 	// Output:
+	//   PUT /sku/42, token 8
+	// status: 204
+	//   GET /sku/43, token 0
 	// status: 204
 	// lock lost on sku:42: presented 7, resource has seen 8
+}
+
+// RouteKey maps a request to the lock key its resource is guarded by,
+// unescaping as the server does; requests for other routes map to none.
+func ExampleRouteKey() {
+	key, err := httpmw.RouteKey("sku", "inventory.internal/items/{sku}", "inventory.internal/items/{sku}/stock")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, u := range []string{
+		"http://inventory.internal/items/lamp/stock",
+		"http://inventory.internal/items/%6Camp",
+		"http://inventory.internal/admin/items/lamp",
+		"http://elsewhere.example/items/lamp",
+	} {
+		req, _ := http.NewRequest(http.MethodPut, u, nil)
+		k, ok := key(req)
+		fmt.Printf("%s → %q %v\n", u, k, ok)
+	}
+	// Output:
+	// http://inventory.internal/items/lamp/stock → "sku:lamp" true
+	// http://inventory.internal/items/%6Camp → "sku:lamp" true
+	// http://inventory.internal/admin/items/lamp → "" false
+	// http://elsewhere.example/items/lamp → "" false
 }
 
 // The forged-token check with memlock as the lock service: the clock

@@ -74,7 +74,7 @@ func newShop(t *testing.T, stock int) *shop {
 		s.urls = append(s.urls, srv.URL)
 		transport = srv.Client().Transport // both clients are plain; either will do
 	}
-	s.client = &http.Client{Transport: &httpmw.Transport{Base: transport}}
+	s.client = &http.Client{Transport: &httpmw.Transport{Base: transport, Key: mustRouteKey("sku", "/sku/{sku}/sell")}}
 	t.Cleanup(s.client.CloseIdleConnections)
 	return s
 }

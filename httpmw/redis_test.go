@@ -41,7 +41,7 @@ func TestRedisFence(t *testing.T) {
 	mux.Handle("PUT /sku/{sku}", mw.Handler(s.handler()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: skuKey}}
 	ctx := context.Background()
 
 	put := func(tok token.Token) error {
