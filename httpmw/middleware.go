@@ -128,7 +128,7 @@ func New(o Options) (*Middleware, error) {
 }
 
 // Handler wraps next: a request reaches next only with a valid token that
-// the Fence accepted for the request's resource, which next then finds in
+// the Check and the Fence accepted for the request's resource, which next then finds in
 // its context ([token.FromContext] gives the resource key and the token) —
 // or, where [Options.Require] allows, with no token at all. Its type is
 // that of net/http and chi middleware. It panics if next is nil, as

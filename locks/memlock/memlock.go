@@ -187,10 +187,10 @@ func (l *Locker) Len() int {
 
 // Issued returns an upper bound of every token the Locker has issued for
 // key: exactly the last token it issued for any key, since one counter
-// feeds them all. It never fails and ignores ctx. It bounds what was
-// issued, not what a holder may present: a waiter's token is above it once
-// granted, and other keys' grants raise it. The forged-token check wants
-// [Locker.Current].
+// feeds them all. It never fails and ignores ctx. It is no bound for a
+// forged-token check: another key's grant raises it above the token of
+// key's holder, and a client presenting it would claim above the holder.
+// The check wants [Locker.Current].
 func (l *Locker) Issued(_ context.Context, _ string) (token.Token, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
