@@ -6,10 +6,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fenceguard/fenceguard/httpmw"
+	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -27,6 +29,25 @@ var ctxFloorValue = new(int)
 
 func noContent(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
 
+// benchToken is the token every benchmark request carries: below the
+// clock, as a clock-floored token granted in the past is.
+const benchToken token.Token = 1717171717171717
+
+// heldLocker returns a memlock Locker whose current holder of sku:42 has
+// a token at or above benchToken.
+func heldLocker(b *testing.B) *memlock.Locker {
+	l := memlock.New()
+	lease, err := l.Acquire(context.Background(), "sku:42", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lease.Release(context.Background()) })
+	if lease.Token() < benchToken {
+		b.Fatalf("token %d below the benchmark's %d", lease.Token(), benchToken)
+	}
+	return l
+}
+
 // The same chi route, bare and behind the middleware with a MemoryFence.
 // Every request carries the same valid token, so every claim succeeds (an
 // equal token is accepted): the success path, which is the one that
@@ -35,8 +56,8 @@ func noContent(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.Stat
 //	go test -run '^$' -bench 'ChiRoute' -benchmem -count 10 ./httpmw/
 func BenchmarkChiRoute(b *testing.B) {
 	fenced := func(o httpmw.Options) http.Handler {
-		var fence token.MemoryFence
-		o.Resource, o.Fence = httpmw.ChiParam("sku"), &fence
+		fence := &token.MemoryFence{Check: o.Check} // the same check in the fence, as a user would
+		o.Resource, o.Fence = httpmw.ChiParam("sku"), fence
 		mw, err := httpmw.New(o)
 		if err != nil {
 			b.Fatal(err)
@@ -64,10 +85,16 @@ func BenchmarkChiRoute(b *testing.B) {
 		{"bare+WithContext", withContext},
 		{"fenced", fenced(httpmw.Options{})},
 		{"fenced+serialized", fenced(httpmw.Options{SerializePerKey: true})},
+		// The default check (the clock bound) off, in the middleware and
+		// the fence: what the clock reads cost.
+		{"fenced,NoCheck", fenced(httpmw.Options{Check: token.NoCheck()})},
+		// The clock bound and a sequencer check on memlock, whose cached
+		// answer covers every request: what a cache hit costs.
+		{"fenced+sequencer", fenced(httpmw.Options{Check: token.All(token.ClockBound{}, token.SequencerCheck(heldLocker(b), token.SequencerOptions{}))})},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodPut, "/sku/42", nil)
-			req.Header.Set(token.Header, "1717171717171717")
+			req.Header.Set(token.Header, benchToken.String())
 			w := &discardWriter{h: make(http.Header)}
 			b.ReportAllocs()
 			for b.Loop() {

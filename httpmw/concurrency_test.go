@@ -200,24 +200,23 @@ func TestWithoutSerializationClaimAndEffectRace(t *testing.T) {
 	var units atomic.Int64
 	var lastWriter atomic.Uint64
 	var staleWrites atomic.Int64
-	aRead, bRead := make(chan struct{}), make(chan struct{})
+	aRead, bWrote := make(chan struct{}), make(chan struct{})
 	r := chi.NewRouter()
 	r.With(mw.Handler).Post("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
 		_, tok, _ := token.FromContext(r.Context())
-		var u int64
-		if tok == 5 { // A: reads, then pauses until B has claimed and read
-			u = units.Load()
+		u := units.Load()
+		if tok == 5 { // A: reads, then pauses until B has claimed, read and written
 			close(aRead)
-			<-bRead
-		} else { // B
-			u = units.Load()
-			close(bRead)
+			<-bWrote
 		}
 		if uint64(tok) < lastWriter.Load() {
 			staleWrites.Add(1)
 		}
 		units.Store(u + 1)
 		maxStore(&lastWriter, uint64(tok))
+		if tok != 5 { // B
+			close(bWrote)
+		}
 	})
 	codes := make([]int, 2)
 	var wg sync.WaitGroup

@@ -1,6 +1,7 @@
 // Package httpmw enforces fencing tokens over HTTP: server middleware that
 // refuses requests from holders who lost their lock, and a client
-// [Transport] that sends the token of the lease in the request's context.
+// [Transport] that sends the token of the lease in the request's context
+// to the resource it was granted for.
 //
 // # Server
 //
@@ -16,8 +17,9 @@
 //
 // For each request the middleware reads the [token.Header] header, derives
 // the resource key from the route (never from anything else the client
-// sends), claims the key in the [token.Fence] — the token must not be below
-// the key's high-water mark, and becomes it — and only then calls the
+// sends), runs [Options.Check] — is the token one the lock can have
+// granted? — claims the key in the [token.Fence] — the token must not be
+// below the key's high-water mark, and becomes it — and only then calls the
 // handler, with the key and token in the request context
 // ([token.FromContext]) for the handler and for store enforcers such as
 // package storage/postgres.
@@ -65,44 +67,74 @@
 //     bigint ends at 2^63−1).
 //   - 404 [TypeNoResource]: [Options.Resource] failed, or gave a key
 //     [ErrBadKey] describes.
-//   - 403 [TypeForged]: above what the lock service issued
-//     ([Options.Issued]).
+//   - 403 [TypeForged]: above any token the lock can have granted
+//     ([Options.Check], or the Fence's own check); "bound" is the largest
+//     token the check accepted.
 //   - 409 [TypeStale]: below the high-water, which "current" holds.
-//   - 503 [TypeUnavailable]: the check was not made — the Fence or Issued
-//     failed, or the request ended while waiting for its key.
+//   - 503 [TypeUnavailable]: the check was not made — the Check could not
+//     decide (its lock service is unreachable), the Fence failed, or the
+//     request ended while waiting for its key.
 //
-// Bodies carry the presented and current tokens where known, as JSON
-// strings. They never echo the header or the path: the detail names the
-// reason (e.g. "leading zero"), and the cause, for logs, is in [Problem.Err]
-// for a custom [Options.ErrorWriter]. No input makes the middleware panic
-// or answer 5xx; 503 comes only from a Fence, an Issued function or a
-// request context that failed.
+// Bodies carry the presented, current and bound tokens where known, as
+// JSON strings. They never echo the header or the path: the detail names
+// the reason (e.g. "leading zero"), and the cause, for logs, is in
+// [Problem.Err] for a custom [Options.ErrorWriter]. No input makes the
+// middleware panic or answer 5xx; 503 comes only from a Check, a Fence or
+// a request context that failed.
 //
 // # Forged tokens
 //
-// A token is a number, not a credential: any client that may call a fenced
-// route can present any token. Presenting one below the high-water only
-// gets it refused, but presenting 2^64−1 would make it the high-water
-// forever and lock every honest holder out. [Options.Issued] closes that:
-// it asks the lock service for an upper bound of the tokens issued for the
-// resource's lock (the Issued method of memlock's and redislock's Locker
-// fits it) and refuses higher ones with 403. Trust model:
+// A token is a number, not a credential: any client that may call a
+// fenced route can present any token, and a token above every honest one
+// becomes the high-water and refuses every honest holder after it.
+// [Options.Check] decides, before the claim and before
+// [Options.SerializePerKey]'s wait, whether the token can have been
+// granted; a refused token moves no mark and holds up no request. Threat
+// model:
 //
-//   - The check caps tokens, it does not authenticate them. A client can
-//     still present a token at or below the bound and so preempt the
-//     current holder, as if it had been granted the lock. The next honest
-//     grant is above it, so the damage ends there; with clock-floored
-//     tokens (memlock, redislock) the bound is close to the current time in
-//     microseconds and easy to guess. Keep fenced routes to clients that
-//     are meant to take the lock; signed tokens are out of scope.
-//   - Issued receives the resource key; mapping it to the lock key the
-//     holders lock (often the same string) is the caller's, and a wrong
-//     mapping refuses honest holders (fail closed) or bounds nothing.
-//   - It costs one query to the lock service per fenced request, before
-//     the claim (a mutex for memlock, a round trip for a remote service),
-//     and fails closed: if the lock service cannot answer, neither can the
-//     resource.
-//   - Without it, every client holding a valid route can raise the mark.
+//   - What an attacker controls: any client of a fenced route chooses the
+//     header's token freely, for any resource its path names. It does not
+//     choose the resource key (the route gives it), the check, or the
+//     resource's clock.
+//   - The default, [token.ClockBound] (what [token.DefaultCheck] returns):
+//     refuses tokens more than [token.DefaultSkew] (5 min) above the
+//     resource's clock in µs. For clock-floored tokens (memlock,
+//     redislock, redlock: max(counter + 1, the lock server's clock in
+//     µs)) a forger can raise a mark at most to now + 5 min, so the honest
+//     holders it locks out get through again once the lock service's
+//     clock passes that mark: a lockout of at most the skew, not forever.
+//     For etcd revisions and ZooKeeper zxids, which are far below the
+//     clock, it bounds nothing: alone, it lets a forger lock those
+//     resources out until an operator resets the mark. Cost: one clock read per request, no round trip. It
+//     refuses honest tokens only if the lock server's clock runs more than
+//     the skew ahead of the resource's, or a locker's counter was healed
+//     above the clock.
+//   - [token.SequencerCheck] (Chubby's CheckSequencer): asks the lock
+//     service for the token of the current grant of the resource's lock
+//     and refuses anything above it — whichever backend. A forger can then
+//     at most act as the current holder until the next grant, by
+//     presenting its exact token (lower ones are stale once the holder has
+//     claimed); it can never raise a mark above the holder's token, so it
+//     can never lock out the holder or the waiters queued behind it. Cost: one query to the
+//     lock service for the first token of each grant this process sees
+//     (answers are cached; a forger's every token above the cache costs
+//     one more), and it fails closed: if the lock service cannot answer,
+//     the request is refused with 503. Its LockKey option maps the resource
+//     key to the lock key (the same string by default); a wrong mapping
+//     refuses honest holders or bounds nothing.
+//   - Use both, the cheap one first, so made-up tokens far above the clock
+//     cost no query: token.All(token.ClockBound{}, token.SequencerCheck(…)).
+//     memlock's Locker is itself a [token.Sequencer]; the other backends
+//     provide one built from a plain client.
+//   - Tokens are not credentials, and neither check authenticates: the
+//     current holder's token is no secret (a 409 tells "current", a 403
+//     tells "bound"), so anyone who may call a fenced route may act as the
+//     current holder. Keep fenced routes to clients that are meant to take
+//     the lock; signed tokens are out of scope.
+//   - [token.NoCheck] turns the check off: any client can then lock a
+//     resource out for good by presenting 2^64−1. A mark poisoned anyway
+//     is set back by hand with the Fence's Reset ([token.Resetter]),
+//     logged.
 //
 // # Resource keys
 //
@@ -111,9 +143,21 @@
 // characters; anything else answers 404, so no path can reach a store that
 // would fail on it. Keys must be canonical: one key per resource.
 //
+// # Client
+//
+// [Transport] sends the token in a request's context only to a request
+// that [Transport.Key] maps to the context's lock key, and sends every
+// other request without it: a token granted for sku:42 never claims
+// sku:43. [RouteKey] builds the Key from the server's route, deriving the
+// same "name:value" key as [PathValue] and [ChiParam] (the same
+// unescaping), so client and server agree on which resource a request is
+// for. A Transport without a Key refuses requests whose context carries a
+// token rather than guess.
+//
 // # Errors
 //
-// [New] fails with an error wrapping [ErrBadOptions]. Clients test a
-// [Transport] error with errors.As(err, new(*token.StaleError)) or
-// errors.Is(err, token.ErrStale).
+// [New] and [RouteKey] fail with an error wrapping [ErrBadOptions].
+// Clients test a [Transport] error with errors.As(err,
+// new(*token.StaleError)) or errors.Is(err, token.ErrStale) for a stale
+// token, and errors.Is(err, [ErrNoKey]) for a Transport without a Key.
 package httpmw

@@ -106,8 +106,9 @@ func ExampleChiParam() {
 }
 
 // The client side: the Transport sends the token of the lease in the
-// request's context (guard.Do's function context carries it), and a stale
-// refusal comes back from http.Client.Do as a *token.StaleError.
+// request's context (guard.Do's function context carries it) to the
+// resource it was granted for, and only there; a stale refusal comes back
+// from http.Client.Do as a *token.StaleError.
 func ExampleTransport() {
 	var fence token.MemoryFence
 	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
@@ -115,15 +116,22 @@ func ExampleTransport() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/sku/{sku}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, t, _ := token.FromContext(r.Context())
+		fmt.Printf("  %s %s, token %d\n", r.Method, r.URL.Path, t)
 		w.WriteHeader(http.StatusNoContent)
 	})))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}
-	put := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL+"/sku/42", nil)
+	// The client maps requests to lock keys the way the server does.
+	key, err := httpmw.RouteKey("sku", "/sku/{sku}")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: key}}
+	send := func(ctx context.Context, method, path string) error {
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, nil)
 		if err != nil {
 			return err
 		}
@@ -139,26 +147,61 @@ func ExampleTransport() {
 	// Here the contexts are made by hand; in a holder they come from
 	// guard.Do or a lease's Context.
 	ctx := context.Background()
-	_ = put(token.NewContext(ctx, "sku:42", 8)) // the current holder
-	err = put(token.NewContext(ctx, "sku:42", 7))
+	holder := token.NewContext(ctx, "sku:42", 8)
+	_ = send(holder, "PUT", "/sku/42") // carries 8
+	_ = send(holder, "GET", "/sku/43") // another resource: no token
+	err = send(token.NewContext(ctx, "sku:42", 7), "PUT", "/sku/42")
 	var stale *token.StaleError
 	if errors.As(err, &stale) {
 		fmt.Printf("lock lost on %s: presented %d, resource has seen %d\n", stale.Resource, stale.Presented, stale.Current)
 	}
 	// Output:
+	//   PUT /sku/42, token 8
+	// status: 204
+	//   GET /sku/43, token 0
 	// status: 204
 	// lock lost on sku:42: presented 7, resource has seen 8
 }
 
-// The forged-token check with memlock as the lock service: a token above
-// anything the locker issued is refused before it can raise the mark.
-func ExampleOptions_issued() {
+// RouteKey maps a request to the lock key its resource is guarded by,
+// unescaping as the server does; requests for other routes map to none.
+func ExampleRouteKey() {
+	key, err := httpmw.RouteKey("sku", "inventory.internal/items/{sku}", "inventory.internal/items/{sku}/stock")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, u := range []string{
+		"http://inventory.internal/items/lamp/stock",
+		"http://inventory.internal/items/%6Camp",
+		"http://inventory.internal/admin/items/lamp",
+		"http://elsewhere.example/items/lamp",
+	} {
+		req, _ := http.NewRequest(http.MethodPut, u, nil)
+		k, ok := key(req)
+		fmt.Printf("%s → %q %v\n", u, k, ok)
+	}
+	// Output:
+	// http://inventory.internal/items/lamp/stock → "sku:lamp" true
+	// http://inventory.internal/items/%6Camp → "sku:lamp" true
+	// http://inventory.internal/admin/items/lamp → "" false
+	// http://elsewhere.example/items/lamp → "" false
+}
+
+// The forged-token check with memlock as the lock service: the clock
+// bound refuses made-up tokens far above the clock at no cost, and the
+// sequencer check — memlock's Locker is a token.Sequencer — refuses
+// anything above the current holder's token, so a forger can never lock
+// the holder or its queue out.
+func ExampleOptions_check() {
+	ctx := context.Background()
 	locker := memlock.New()
 	var fence token.MemoryFence
 	mw, err := httpmw.New(httpmw.Options{
 		Resource: httpmw.PathValue("sku"),
 		Fence:    &fence,
-		Issued:   locker.Issued, // resource key = lock key here
+		// Resource key = lock key here ("sku:42"); otherwise map it with
+		// SequencerOptions.LockKey.
+		Check: token.All(token.ClockBound{}, token.SequencerCheck(locker, token.SequencerOptions{})),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -168,17 +211,21 @@ func ExampleOptions_issued() {
 		w.WriteHeader(http.StatusNoContent)
 	})))
 
-	lease, err := locker.Acquire(context.Background(), "sku:42", time.Minute)
+	lease, err := locker.Acquire(ctx, "sku:42", time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lease.Release(context.Background())
+	defer lease.Release(ctx)
 	fmt.Println("the holder:", send(mux, "PUT", "/sku/42", lease.Token().String()))
-	fmt.Println("a forger:", send(mux, "PUT", "/sku/42", "18446744073709551615"))
+	fmt.Println("a forger, far above the clock:", send(mux, "PUT", "/sku/42", "18446744073709551615"))
+	fmt.Println("a forger, just above the holder:", send(mux, "PUT", "/sku/42", (lease.Token()+1).String()))
+	fmt.Println("the holder again:", send(mux, "PUT", "/sku/42", lease.Token().String()))
 	fmt.Println("high-water is the holder's:", fence.HighWater("sku:42") == lease.Token())
 	// Output:
 	// the holder: 204
-	// a forger: 403 forged-token
+	// a forger, far above the clock: 403 forged-token
+	// a forger, just above the holder: 403 forged-token
+	// the holder again: 204
 	// high-water is the holder's: true
 }
 

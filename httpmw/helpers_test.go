@@ -82,6 +82,7 @@ type problem struct {
 	Resource  string `json:"resource"`
 	Presented string `json:"presented"`
 	Current   string `json:"current"`
+	Bound     string `json:"bound"`
 }
 
 // decodeProblem checks that w holds a well-formed problem with status

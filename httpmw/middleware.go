@@ -1,7 +1,6 @@
 package httpmw
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,13 +53,25 @@ type Options struct {
 	// WriteTimeout set.
 	SerializePerKey bool
 
-	// Issued, when set, turns on the forged-token check: it returns an
-	// upper bound of every token the lock service has issued for the lock
-	// guarding resource (the key mapping is the caller's), and a token
-	// above it is refused with 403 before it reaches the Fence. An error
-	// answers 503. See "Forged tokens" in the package doc for what it
-	// protects against and what it costs.
-	Issued func(ctx context.Context, resource string) (token.Token, error)
+	// Check decides, before the claim, whether the token can have been
+	// granted for the resource at all; a [*token.ForgedError] (or any
+	// error wrapping [token.ErrForged]) answers 403, any other error 503,
+	// and neither claims anything. It runs before [Options.SerializePerKey]
+	// waits for the key, so a made-up token cannot hold up the key's honest
+	// requests either. It receives the resource key; a
+	// [token.SequencerCheck] maps it to the lock key (its LockKey option).
+	//
+	// Default [token.DefaultCheck]: a [token.ClockBound], which caps
+	// clock-floored tokens (memlock, redislock, redlock) at the resource's
+	// clock plus five minutes, with no round trip. With etcd's or
+	// ZooKeeper's tokens, which are far below the clock, it bounds nothing:
+	// add a [token.SequencerCheck] with [token.All]. [token.NoCheck] turns
+	// the check off. See "Forged tokens" in the package doc.
+	//
+	// The Fence may run a check of its own in Claim (a
+	// [*token.MemoryFence]'s Check, a backend fence's FenceOptions.Check);
+	// its refusals answer the same 403.
+	Check token.Check
 
 	// ErrorWriter writes every refusal. Default [WriteProblem]. It receives
 	// the [Problem] the middleware would write, with its cause in Err, and
@@ -103,6 +114,9 @@ func New(o Options) (*Middleware, error) {
 	if o.Require == nil {
 		o.Require = RequireUnsafe
 	}
+	if o.Check == nil {
+		o.Check = token.DefaultCheck()
+	}
 	if o.ErrorWriter == nil {
 		o.ErrorWriter = func(w http.ResponseWriter, _ *http.Request, p *Problem) { WriteProblem(w, p) }
 	}
@@ -114,7 +128,7 @@ func New(o Options) (*Middleware, error) {
 }
 
 // Handler wraps next: a request reaches next only with a valid token that
-// the Fence accepted for the request's resource, which next then finds in
+// the Check and the Fence accepted for the request's resource, which next then finds in
 // its context ([token.FromContext] gives the resource key and the token) —
 // or, where [Options.Require] allows, with no token at all. Its type is
 // that of net/http and chi middleware. It panics if next is nil, as
@@ -163,11 +177,10 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.o.Issued != nil {
-		if p := m.checkIssued(ctx, key, t); p != nil {
-			m.o.ErrorWriter(w, r, p)
-			return
-		}
+	// Before the per-key wait: a forger must not even queue for the key.
+	if err := m.o.Check.Check(ctx, key, t); err != nil {
+		m.o.ErrorWriter(w, r, checkProblem(t, err))
+		return
 	}
 	if m.locks != nil {
 		l, err := m.locks.lock(ctx, key)
@@ -178,22 +191,24 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer l.unlock()
 	}
 	if err := m.o.Fence.Claim(ctx, key, t); err != nil {
-		m.o.ErrorWriter(w, r, claimProblem(err))
+		m.o.ErrorWriter(w, r, claimProblem(t, err))
 		return
 	}
 	h.next.ServeHTTP(w, r.WithContext(token.NewContext(ctx, key, t)))
 }
 
-// claimProblem answers a refused claim. A stale token is a verdict; so is a
-// token the Fence's store cannot hold (PostgreSQL's bigint stops at
-// 2^63−1). Anything else means the check was not made, and not knowing is
-// refusing.
-func claimProblem(err error) *Problem {
+// claimProblem answers a refused claim. A stale token is a verdict; so is
+// a forged one (the Fence's own check), and a token the Fence's store
+// cannot hold (PostgreSQL's bigint stops at 2^63−1). Anything else means
+// the check was not made, and not knowing is refusing.
+func claimProblem(t token.Token, err error) *Problem {
 	var se *token.StaleError
 	switch {
 	case errors.As(err, &se):
 		return problemStale(se, err)
-	case errors.Is(err, token.ErrInvalid):
+	case errors.Is(err, token.ErrForged):
+		return problemForged(t, err)
+	case errors.Is(err, token.ErrInvalid), errors.Is(err, token.ErrRange):
 		p := problemInvalid(err)
 		p.Detail = "the token is outside the range this resource's store accepts"
 		return p
@@ -201,13 +216,11 @@ func claimProblem(err error) *Problem {
 	return problemUnavailable("the fencing check could not be made", err)
 }
 
-func (m *Middleware) checkIssued(ctx context.Context, key string, t token.Token) *Problem {
-	issued, err := m.o.Issued(ctx, key)
-	if err != nil {
-		return problemUnavailable("the lock service could not be asked which tokens it issued", fmt.Errorf("httpmw: Issued(%q): %w", key, err))
+// checkProblem answers a refusal of [Options.Check]: forged, or not
+// decided — which refuses too (fail closed).
+func checkProblem(t token.Token, err error) *Problem {
+	if errors.Is(err, token.ErrForged) {
+		return problemForged(t, err)
 	}
-	if t > issued {
-		return problemForged(key, t, fmt.Errorf("httpmw: token %d for %q is above the %d issued: %w", t, key, issued, token.ErrInvalid))
-	}
-	return nil
+	return problemUnavailable("the fencing token could not be checked", fmt.Errorf("httpmw: check: %w", err))
 }

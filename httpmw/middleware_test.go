@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -73,6 +75,11 @@ func TestHostileTokens(t *testing.T) {
 		{"stale", []string{"99"}, http.StatusConflict},
 		// The smallest token: stale too.
 		{"one", []string{"1"}, http.StatusConflict},
+		// The lockout attempt: the largest token, refused by the default
+		// check (far above the clock in µs).
+		{"max", []string{"18446744073709551615"}, http.StatusForbidden},
+		// 2^62, the token of issue 15's PostgreSQL lockout.
+		{"2^62", []string{"4611686018427387904"}, http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,6 +103,9 @@ func TestHostileTokens(t *testing.T) {
 				t.Error("handler called")
 			}
 			for _, v := range tt.vals {
+				if _, err := token.Parse(v); err == nil {
+					continue // a token is answered in its (canonical) form
+				}
 				if len(v) >= 4 && strings.Contains(w.Body.String(), v) {
 					t.Errorf("body echoes the header: %s", w.Body)
 				}
@@ -106,27 +116,32 @@ func TestHostileTokens(t *testing.T) {
 
 // The statuses of the accepted cases, and what the handler gets.
 func TestAcceptedTokens(t *testing.T) {
+	ahead := token.Token(time.Now().Add(time.Minute).UnixMicro())
 	tests := []struct {
 		name   string
+		check  token.Check // of the middleware and the fence; nil: default
 		vals   []string
 		want   token.Token // high-water afterwards
 		status int
 	}{
 		// Equal to the high-water: the same holder again.
-		{"equal", []string{"100"}, 100, http.StatusNoContent},
+		{"equal", nil, []string{"100"}, 100, http.StatusNoContent},
 		// Above: a new holder claims.
-		{"above", []string{"101"}, 101, http.StatusNoContent},
-		// The largest token there is (no Issued check configured).
-		{"max", []string{"18446744073709551615"}, 1<<64 - 1, http.StatusNoContent},
+		{"above", nil, []string{"101"}, 101, http.StatusNoContent},
+		// A token of the clock-floored lockers, a minute ahead of the
+		// resource's clock: within the default skew.
+		{"clock-floored", nil, []string{ahead.String()}, ahead, http.StatusNoContent},
+		// The largest token there is, with the check turned off.
+		{"max, NoCheck", token.NoCheck(), []string{"18446744073709551615"}, 1<<64 - 1, http.StatusNoContent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var fence token.MemoryFence
+			fence := token.MemoryFence{Check: tt.check}
 			if err := fence.Claim(context.Background(), "sku:42", 100); err != nil {
 				t.Fatal(err)
 			}
 			var s seen
-			h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence}), s.handler())
+			h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Check: tt.check}), s.handler())
 			w := serve(t, h, http.MethodPut, "/sku/42", tt.vals...)
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
@@ -189,8 +204,10 @@ func TestMethods(t *testing.T) {
 
 // A stale refusal says everything a holder needs to heal its locker.
 func TestStaleProblem(t *testing.T) {
-	var fence token.MemoryFence
-	_ = fence.Claim(context.Background(), "sku:42", 1<<60)
+	fence := token.MemoryFence{Check: token.NoCheck()}
+	if err := fence.Claim(context.Background(), "sku:42", 1<<60); err != nil {
+		t.Fatal(err)
+	}
 	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence}), new(seen).handler())
 	w := serve(t, h, http.MethodPut, "/sku/42", "5")
 	p := decodeProblem(t, w, http.StatusConflict)
@@ -358,6 +375,7 @@ func TestErrorWriterCauses(t *testing.T) {
 		{[]string{"x"}, token.ErrInvalid},
 		{[]string{"1", "2"}, token.ErrInvalid},
 		{[]string{"9"}, token.ErrStale},
+		{[]string{"18446744073709551615"}, token.ErrForged},
 	}
 	for _, tt := range tests {
 		var got *httpmw.Problem
@@ -375,64 +393,194 @@ func TestErrorWriterCauses(t *testing.T) {
 	}
 }
 
-// The forged-token check refuses tokens above what was issued, before they
-// reach the Fence, and fails closed when it cannot ask.
-func TestIssued(t *testing.T) {
-	const issued = 500
-	errLockService := errors.New("lock service down")
+// Options.Check runs before the claim: a forged token is refused with
+// 403 and the check's bound, a check that cannot decide refuses with 503,
+// and in neither case does the mark move or the Fence see the request.
+func TestCheck(t *testing.T) {
+	errLockService := errors.New("dial tcp 10.0.0.9:2379: lock service down")
+	// bound stands for a sequencer check whose current holder has 500.
+	bound := token.CheckFunc(func(_ context.Context, resource string, t token.Token) error {
+		if t > 500 {
+			return &token.ForgedError{Resource: resource, Presented: t, Bound: 500, By: "sequencer"}
+		}
+		return nil
+	})
+	clock := token.ClockBound{Now: func() time.Time { return time.UnixMicro(1_000_000) }} // bound: 1s + 5 min
+	const clockBound = "301000000"
 	tests := []struct {
 		name   string
-		issued func(context.Context, string) (token.Token, error)
-		vals   []string
+		check  token.Check
+		vals   string
 		status int
 		high   token.Token // afterwards
+		bound  string      // in the 403's body
 	}{
-		// Issued and newer than the mark: accepted.
-		{"issued", bound(issued), []string{"500"}, http.StatusNoContent, 500},
-		// One above the last issued token: forged.
-		{"forged", bound(issued), []string{"501"}, http.StatusForbidden, 100},
+		// At the bound: the current holder. Accepted, and it claims.
+		{"at the bound", bound, "500", http.StatusNoContent, 500, ""},
+		// One above the current holder's token: not granted yet.
+		{"above the bound", bound, "501", http.StatusForbidden, 100, "500"},
 		// The lockout attempt.
-		{"max", bound(issued), []string{"18446744073709551615"}, http.StatusForbidden, 100},
-		// Nothing issued yet: every token is forged.
-		{"none issued", bound(0), []string{"100"}, http.StatusForbidden, 100},
-		// The lock service cannot answer: refuse.
-		{"unreachable", func(context.Context, string) (token.Token, error) { return 0, errLockService }, []string{"200"}, http.StatusServiceUnavailable, 100},
-		// Stale is still stale.
-		{"stale", bound(issued), []string{"99"}, http.StatusConflict, 100},
+		{"max", bound, "18446744073709551615", http.StatusForbidden, 100, "500"},
+		// Stale is still stale: the check bounds from above only.
+		{"stale", bound, "99", http.StatusConflict, 100, ""},
+		// The clock bound: the resource's clock in µs plus the skew.
+		{"clock: at", clock, clockBound, http.StatusNoContent, 301_000_000, ""},
+		{"clock: above", clock, "301000001", http.StatusForbidden, 100, clockBound},
+		// A check that refuses with ErrForged but no ForgedError: 403, no bound.
+		{"bare ErrForged", token.CheckFunc(func(context.Context, string, token.Token) error {
+			return fmt.Errorf("made up: %w", token.ErrForged)
+		}), "200", http.StatusForbidden, 100, ""},
+		// The lock service cannot answer: not knowing is refusing.
+		{"unreachable", token.CheckFunc(func(context.Context, string, token.Token) error { return errLockService }),
+			"200", http.StatusServiceUnavailable, 100, ""},
+		// NoCheck: everything above the mark claims, the lockout too.
+		{"NoCheck", token.NoCheck(), "18446744073709551615", http.StatusNoContent, 1<<64 - 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var fence token.MemoryFence
-			_ = fence.Claim(context.Background(), "sku:42", 100)
-			var keys []string
+			fence := &recordingFence{MemoryFence: token.MemoryFence{Check: token.NoCheck()}}
+			_ = fence.MemoryFence.Claim(context.Background(), "sku:42", 100)
+			var asked []string
+			var cause error
 			mw := newMW(t, httpmw.Options{
-				Resource: httpmw.ChiParam("sku"), Fence: &fence,
-				Issued: func(ctx context.Context, key string) (token.Token, error) {
-					keys = append(keys, key)
-					return tt.issued(ctx, key)
+				Resource: httpmw.ChiParam("sku"), Fence: fence,
+				Check: token.CheckFunc(func(ctx context.Context, key string, t token.Token) error {
+					asked = append(asked, fmt.Sprint(key, "=", t))
+					return tt.check.Check(ctx, key, t)
+				}),
+				ErrorWriter: func(w http.ResponseWriter, _ *http.Request, p *httpmw.Problem) {
+					cause = p.Err
+					httpmw.WriteProblem(w, p)
 				},
 			})
-			w := serve(t, chiRoute(mw, new(seen).handler()), http.MethodPut, "/sku/42", tt.vals...)
+			w := serve(t, chiRoute(mw, new(seen).handler()), http.MethodPut, "/sku/42", tt.vals)
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 			}
 			if got := fence.HighWater("sku:42"); got != tt.high {
 				t.Errorf("high-water %d, want %d", got, tt.high)
 			}
-			if len(keys) != 1 || keys[0] != "sku:42" {
-				t.Errorf("Issued asked for %q, want [sku:42]", keys)
+			if want := "sku:42=" + tt.vals; len(asked) != 1 || asked[0] != want {
+				t.Errorf("check asked %q, want [%s]", asked, want)
 			}
-			if tt.status == http.StatusForbidden {
-				if p := decodeProblem(t, w, tt.status); p.Type != httpmw.TypeForged || p.Current != "" {
-					t.Errorf("problem %+v", p)
+			switch tt.status {
+			case http.StatusForbidden, http.StatusServiceUnavailable:
+				if len(fence.claimed) != 0 {
+					t.Errorf("the Fence saw a refused token: %q", fence.claimed)
+				}
+			}
+			switch tt.status {
+			case http.StatusForbidden:
+				p := decodeProblem(t, w, tt.status)
+				want := problem{Type: httpmw.TypeForged, Title: p.Title, Status: 403, Detail: p.Detail,
+					Presented: tt.vals, Bound: tt.bound}
+				if p != want {
+					t.Errorf("problem %+v\nwant     %+v", p, want)
+				}
+				if strings.Contains(w.Body.String(), "/sku") || strings.Contains(w.Body.String(), "42\"") {
+					t.Errorf("body echoes the path: %s", w.Body)
+				}
+				if !errors.Is(cause, token.ErrForged) {
+					t.Errorf("cause %v, want ErrForged", cause)
+				}
+			case http.StatusServiceUnavailable:
+				if p := decodeProblem(t, w, tt.status); p.Type != httpmw.TypeUnavailable || strings.Contains(w.Body.String(), "10.0.0.9") {
+					t.Errorf("problem %s", w.Body)
+				}
+				if !errors.Is(cause, errLockService) {
+					t.Errorf("cause %v, want the lock service's error", cause)
 				}
 			}
 		})
 	}
 }
 
-func bound(n token.Token) func(context.Context, string) (token.Token, error) {
-	return func(context.Context, string) (token.Token, error) { return n, nil }
+// With no Check, the default clock bound refuses made-up tokens far above
+// the clock — issue 15's 2^62 lockout — with 403, before the Fence.
+func TestDefaultCheck(t *testing.T) {
+	fence := &recordingFence{MemoryFence: token.MemoryFence{Check: token.NoCheck()}}
+	_ = fence.MemoryFence.Claim(context.Background(), "sku:42", 100)
+	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence}), new(seen).handler())
+	before := token.ClockBound{}.Bound()
+	for _, v := range []string{"4611686018427387904", "18446744073709551615", (before + token.Token(time.Minute.Microseconds())).String()} {
+		p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", v), http.StatusForbidden)
+		b, err := token.Parse(p.Bound)
+		if p.Type != httpmw.TypeForged || err != nil || b < before || b > (token.ClockBound{}).Bound() {
+			t.Errorf("%s: problem %+v, want forged with the clock bound", v, p)
+		}
+	}
+	if len(fence.claimed) != 0 || fence.HighWater("sku:42") != 100 {
+		t.Errorf("the Fence saw %q; high-water %d, want 100", fence.claimed, fence.HighWater("sku:42"))
+	}
+	if w := serve(t, h, http.MethodPut, "/sku/42", token.Token(time.Now().UnixMicro()).String()); w.Code != http.StatusNoContent {
+		t.Errorf("a token at the clock: status %d: %s", w.Code, w.Body)
+	}
+}
+
+// The check runs before SerializePerKey's wait: a forger gets its 403 at
+// once even while an honest request holds the key, and never queues for
+// it. (Checked after the wait, a forger's request would wait behind the
+// holder — here it has no time to: its context has already ended, which
+// would have answered 503.)
+func TestCheckBeforeSerializeWait(t *testing.T) {
+	var fence token.MemoryFence
+	var mw *httpmw.Middleware
+	var queuedAtCheck []int
+	mw = newMW(t, httpmw.Options{
+		Resource: httpmw.ChiParam("sku"), Fence: &fence, SerializePerKey: true,
+		Check: token.CheckFunc(func(ctx context.Context, key string, t token.Token) error {
+			queuedAtCheck = append(queuedAtCheck, httpmw.LockedKeys(mw))
+			return token.DefaultCheck().Check(ctx, key, t)
+		}),
+	})
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := chi.NewRouter()
+	r.With(mw.Handler).Put("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	})
+	done := make(chan int)
+	go func() { done <- serve(t, r, http.MethodPut, "/sku/1", "5").Code }()
+	<-entered // the holder has the key
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPut, "/sku/1", nil)
+	req.Header.Set(token.Header, "18446744073709551615")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	if p := decodeProblem(t, w, http.StatusForbidden); p.Type != httpmw.TypeForged {
+		t.Errorf("forger: problem %+v", p)
+	}
+	close(release)
+	if code := <-done; code != http.StatusOK {
+		t.Errorf("holder: status %d", code)
+	}
+	if want := []int{0, 1}; !slices.Equal(queuedAtCheck, want) {
+		t.Errorf("keys in the serialization table at each check: %v, want %v (checked before queuing)", queuedAtCheck, want)
+	}
+	if hw := fence.HighWater("sku:1"); hw != 5 {
+		t.Errorf("high-water %d, want 5", hw)
+	}
+}
+
+// A Fence that runs a check of its own answers a forged token with the
+// same 403, even with the middleware's check off.
+func TestFenceForgedRefusal(t *testing.T) {
+	fence := token.MemoryFence{Check: token.CheckFunc(func(_ context.Context, r string, t token.Token) error {
+		if t > 50 {
+			return &token.ForgedError{Resource: r, Presented: t, Bound: 50, By: "sequencer"}
+		}
+		return nil
+	})}
+	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Check: token.NoCheck()}), new(seen).handler())
+	p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", "51"), http.StatusForbidden)
+	if p.Type != httpmw.TypeForged || p.Presented != "51" || p.Bound != "50" {
+		t.Errorf("problem %+v", p)
+	}
+	if fence.Len() != 0 {
+		t.Errorf("fence holds %d keys", fence.Len())
+	}
 }
 
 func TestNewValidates(t *testing.T) {
@@ -460,11 +608,18 @@ func TestWriteProblem(t *testing.T) {
 }
 
 // bigintFence stands for a store that holds tokens only up to 2^63−1, as
-// PostgreSQL's bigint does, and refuses larger ones as invalid.
-type bigintFence struct{ token.MemoryFence }
+// PostgreSQL's bigint does, and refuses larger ones as invalid, or, with
+// rangeErr, with a *token.RangeError.
+type bigintFence struct {
+	token.MemoryFence
+	rangeErr bool
+}
 
 func (f *bigintFence) Claim(ctx context.Context, resource string, t token.Token) error {
-	if t > 1<<63-1 {
+	if t > token.MaxInt64 {
+		if f.rangeErr {
+			return &token.RangeError{What: "PostgreSQL bigint", Token: t, Max: token.MaxInt64}
+		}
 		return fmt.Errorf("token %d does not fit a bigint: %w", t, token.ErrInvalid)
 	}
 	return f.MemoryFence.Claim(ctx, resource, t)
@@ -473,15 +628,17 @@ func (f *bigintFence) Claim(ctx context.Context, resource string, t token.Token)
 // A token the Fence's store cannot hold is bad input (400), not a failure
 // of the check (503).
 func TestFenceRefusesOutOfRangeToken(t *testing.T) {
-	var fence bigintFence
-	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence}), new(seen).handler())
-	for _, v := range []string{"9223372036854775808", "18446744073709551615"} {
-		if p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", v), http.StatusBadRequest); p.Type != httpmw.TypeInvalid {
-			t.Errorf("%s: problem %+v", v, p)
+	for _, rangeErr := range []bool{false, true} {
+		fence := &bigintFence{MemoryFence: token.MemoryFence{Check: token.NoCheck()}, rangeErr: rangeErr}
+		h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence, Check: token.NoCheck()}), new(seen).handler())
+		for _, v := range []string{"9223372036854775808", "18446744073709551615"} {
+			if p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", v), http.StatusBadRequest); p.Type != httpmw.TypeInvalid {
+				t.Errorf("RangeError %v, %s: problem %+v", rangeErr, v, p)
+			}
 		}
-	}
-	if w := serve(t, h, http.MethodPut, "/sku/42", "9223372036854775807"); w.Code != http.StatusNoContent {
-		t.Errorf("2^63-1: status %d", w.Code)
+		if w := serve(t, h, http.MethodPut, "/sku/42", "9223372036854775807"); w.Code != http.StatusNoContent {
+			t.Errorf("RangeError %v, 2^63-1: status %d", rangeErr, w.Code)
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ const (
 	TypeMissing     = typeBase + "missing-token"     // 428: no token on a route that requires one
 	TypeInvalid     = typeBase + "invalid-token"     // 400: not the wire form, or more than one header
 	TypeNoResource  = typeBase + "no-resource"       // 404: the request names no fenced resource
-	TypeForged      = typeBase + "forged-token"      // 403: above every token issued for the resource
+	TypeForged      = typeBase + "forged-token"      // 403: above any token the lock can have granted ([Options.Check])
 	TypeStale       = typeBase + "stale-token"       // 409: below the resource's high-water
 	TypeUnavailable = typeBase + "fence-unavailable" // 503: the check could not be made
 )
@@ -39,13 +39,16 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 
 	// Resource is the resource key the token was checked against, set
-	// when the refusal is about that key (stale, forged). It is derived by
+	// when the refusal is about that key's mark (stale). It is derived by
 	// the server from the route, never copied from a header.
 	Resource string `json:"resource,omitempty"`
 	// Presented is the token the request carried, when it parsed.
 	Presented token.Token `json:"presented,omitzero"`
 	// Current is the resource's high-water mark, when known (stale).
 	Current token.Token `json:"current,omitzero"`
+	// Bound is the largest token the check accepted when it refused this
+	// one (forged), when the check says.
+	Bound token.Token `json:"bound,omitzero"`
 
 	// Err is the cause, for logging; it is never written to the client,
 	// because it may name internals (a Redis address, a SQL error) or
@@ -138,16 +141,20 @@ func problemNoResource(err error) *Problem {
 	}
 }
 
-func problemForged(resource string, t token.Token, err error) *Problem {
-	return &Problem{
+func problemForged(t token.Token, err error) *Problem {
+	p := &Problem{
 		Type:      TypeForged,
-		Title:     "Fencing token not issued",
+		Title:     "Fencing token not granted",
 		Status:    http.StatusForbidden,
-		Detail:    "the token is above every token the lock service has issued for this resource",
-		Resource:  resource,
+		Detail:    "the token is above any token the lock can have granted for this resource",
 		Presented: t,
 		Err:       err,
 	}
+	var fe *token.ForgedError
+	if errors.As(err, &fe) {
+		p.Bound = fe.Bound
+	}
+	return p
 }
 
 func problemStale(se *token.StaleError, err error) *Problem {

@@ -3,6 +3,8 @@ package httpmw
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -15,37 +17,61 @@ import (
 // whether it is a stale-token problem.
 const maxProblem = 64 << 10
 
+// ErrNoKey is what [Transport.RoundTrip] returns, wrapped, for a request
+// whose context carries a token when the Transport has no [Transport.Key]:
+// without knowing which resource a request is for, the Transport cannot
+// tell whether the token was granted for it, and does not guess.
+var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the context's token is for this request's resource")
+
 // Transport is the client side: an [http.RoundTripper] that sends the
-// fencing token of the lease in the request's context, and reports the
-// resource's refusal of a stale token as a [*token.StaleError].
+// fencing token of the lease in the request's context to the resource it
+// was granted for — and to nothing else — and reports the resource's
+// refusal of a stale token as a [*token.StaleError].
 //
-//	client := &http.Client{Transport: &httpmw.Transport{}}
-//	err := g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error {
-//		req, _ := http.NewRequestWithContext(ctx, "PUT", url, body)
+//	key, err := httpmw.RouteKey("sku", "/sku/{sku}") // the server's route
+//	...
+//	client := &http.Client{Transport: &httpmw.Transport{Key: key}}
+//	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error {
+//		req, _ := http.NewRequestWithContext(ctx, "PUT", base+"/sku/42", body)
 //		resp, err := client.Do(req) // carries X-Fencing-Token
 //		...
 //	})
 //
 // # Requests
 //
-// When the context carries a token ([token.FromContext]: a guard lease's
-// context, or the function context of guard.Do) and the request has no
-// [token.Header] header of its own, the Transport sends a clone of the
-// request with the header set; the caller's request is never modified. A
-// header the caller set is sent as it is. Without a token in the context,
-// the request goes out unchanged. The token goes to whatever server the
-// request is for.
+// A token is meaningful only for the lock it was granted for: sent to
+// another resource, it would claim that resource with a token its lock
+// never granted, and refuse that resource's honest holder. So when the
+// context carries a token ([token.FromContext]: a guard lease's context,
+// or the function context of guard.Do — the key and token of the
+// innermost lease), the Transport asks [Transport.Key] which lock key the
+// request's resource is guarded by:
+//
+//   - the context's key: the request is sent with the [token.Header]
+//     header set, as a clone (the caller's request is never modified);
+//   - another key, or none (a request for something unfenced, another
+//     service, another resource): the request goes without the token, as a
+//     plain request — a fenced route then refuses it as it refuses any
+//     tokenless write (428), and a tokenless read passes unfenced;
+//   - Key nil: RoundTrip refuses the request with an error wrapping
+//     [ErrNoKey] and sends nothing, rather than send the token wherever
+//     the request goes.
+//
+// A [token.Header] header the caller set is sent as it is, whatever Key
+// says. Without a token in the context, the request goes out unchanged and
+// Key is not asked.
 //
 // # Stale tokens
 //
 // A 409 response whose body is the middleware's stale-token problem
-// ([TypeStale]) means the lock is lost: a newer holder has claimed the
-// resource, and the handler did not run. The Transport closes that
-// response and returns a [*token.StaleError] (Resource, Presented and the
-// resource's Current high-water, for healing a locker's counter) as its
-// error; [http.Client] wraps it in a [*url.Error], and errors.As and
-// errors.Is(err, token.ErrStale) see through that. Every other response,
-// other 409s included, is returned untouched.
+// ([TypeStale]), to a request that carried a token, means the lock is
+// lost: a newer holder has claimed the resource, and the handler did not
+// run. The Transport closes that response and returns a
+// [*token.StaleError] (Resource, Presented and the resource's Current
+// high-water, for healing a locker's counter) as its error; [http.Client]
+// wraps it in a [*url.Error], and errors.As and errors.Is(err,
+// token.ErrStale) see through that. Every other response, other 409s
+// included, is returned untouched.
 //
 // That departs, on purpose and for this one response, from RoundTripper's
 // advice not to interpret responses: the refusal is the fencing layer's,
@@ -55,10 +81,22 @@ const maxProblem = 64 << 10
 // retrying transports inside it (as Base), not around it: a stale token
 // stays stale.
 //
-// The zero Transport is ready to use and is safe for concurrent use.
+// The zero Transport sends no token (it refuses requests that carry one)
+// and is safe for concurrent use, as is any Transport whose Key is.
 type Transport struct {
 	// Base sends the requests. Default [http.DefaultTransport].
 	Base http.RoundTripper
+
+	// Key maps a request to the key of the lock that guards the resource
+	// it is for — the lock key a holder takes to act on that resource —
+	// and reports false for a request that is for no fenced resource.
+	// The token in the context goes only to requests whose key is the
+	// context's. It must derive the key the way the server derives its
+	// resource key (and the resource key must map to the lock key the
+	// holders take); [RouteKey] builds one from the server's route. It is
+	// asked only for requests whose context carries a token and which
+	// have no header of their own; nil refuses those ([ErrNoKey]).
+	Key func(r *http.Request) (key string, ok bool)
 }
 
 // RoundTrip implements [http.RoundTripper].
@@ -68,13 +106,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	sent := token.Token(0)
-	if _, tok, ok := token.FromContext(req.Context()); ok && !tok.IsZero() && len(req.Header[headerKey]) == 0 {
-		req = req.Clone(req.Context())
-		if req.Header == nil {
-			req.Header = make(http.Header)
+	if lockKey, tok, ok := token.FromContext(req.Context()); ok && !tok.IsZero() && len(req.Header[headerKey]) == 0 {
+		if t.Key == nil {
+			if req.Body != nil { // a RoundTripper closes the body, even on errors
+				_ = req.Body.Close()
+			}
+			return nil, fmt.Errorf("%w (the context carries the token of %q)", ErrNoKey, lockKey)
 		}
-		req.Header[headerKey] = []string{tok.String()}
-		sent = tok
+		if key, ok := t.Key(req); ok && key == lockKey {
+			req = req.Clone(req.Context())
+			if req.Header == nil {
+				req.Header = make(http.Header)
+			}
+			req.Header[headerKey] = []string{tok.String()}
+			sent = tok
+		}
 	}
 	resp, err := base.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusConflict {
@@ -84,6 +130,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if vals := req.Header[headerKey]; len(vals) == 1 {
 			sent, _ = token.Parse(vals[0])
 		}
+	}
+	if sent == 0 {
+		return resp, nil // no token went out: no refusal of one
 	}
 	if stale := staleFrom(resp, sent); stale != nil {
 		return nil, stale

@@ -71,7 +71,17 @@ type copyStore interface {
 // off. close releases what they hold.
 func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close func(), err error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
-	hc := &http.Client{Transport: &httpmw.Transport{Base: tr}}
+	// The service fences /<copy>/{id} on the resource key "id:<item>"; the
+	// clients lock the item itself.
+	itemKey, err := httpmw.RouteKey("id", "/{copy}/{id}")
+	if err != nil {
+		return nil, nil, err
+	}
+	lockKey := func(r *http.Request) (string, bool) {
+		k, ok := itemKey(r)
+		return strings.TrimPrefix(k, "id:"), ok
+	}
+	hc := &http.Client{Transport: &httpmw.Transport{Base: tr, Key: lockKey}}
 	tokens, err := postgres.NewTokens(postgres.TokensOptions{Name: txTokens})
 	if err != nil {
 		return nil, nil, err

@@ -10,7 +10,9 @@
 // The suite checks mutual exclusion, a single winner among concurrent
 // try-acquires, strictly increasing tokens, what happens to a lease that
 // expired behind its holder's back, wake-up on release, prompt and clean
-// cancellation, and independence of keys. Each subtest uses keys of its own,
+// cancellation, independence of keys and, with [Config.NewSequencer], that
+// the backend's [token.Sequencer] answers the current grant's token. Each
+// subtest uses keys of its own,
 // so lockers may share one server with other tests. Subtests run one after
 // another: several measure latency and must not compete for the CPU.
 package lockstest
@@ -51,6 +53,12 @@ type Config struct {
 	// Grants is how many successive grants of one key the token test
 	// takes. Default 200.
 	Grants int
+
+	// NewSequencer returns the backend's [token.Sequencer] for l's locks,
+	// built the way a resource would build it (from a plain client, with
+	// the locker's prefix). When set, the Sequencer subtest checks its
+	// Current against the grants; when nil, that subtest is skipped.
+	NewSequencer func(t *testing.T, l locks.Locker) token.Sequencer
 }
 
 // Bounds the suite asserts. They are generous on purpose: the benchmarks
@@ -108,6 +116,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelWhileWaiting", s.cancelWhileWaiting},
 		{"CancelledBeforeAcquire", s.cancelledBefore},
 		{"KeysIndependent", s.keysIndependent},
+		{"Sequencer", s.sequencer},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
@@ -539,4 +548,85 @@ func (s *suite) keysIndependent(t *testing.T) {
 	}
 	assertHeld(t, ctx, l, b)
 	mustRelease(t, ctx, lb)
+}
+
+// The sequencer answers the token of the current grant: the holder's
+// while the key is held — not a waiter's, not another key's — and, while
+// it is free, at least the last grant's and below the next one's. Its
+// answers never decrease.
+func (s *suite) sequencer(t *testing.T) {
+	if s.cfg.NewSequencer == nil {
+		t.Skip("lockstest: Config.NewSequencer not set")
+	}
+	l, ctx, k := s.locker(t), ctxFor(t, time.Minute), key(t, "k")
+	seq := s.cfg.NewSequencer(t, l)
+	var last token.Token
+	current := func(step string) token.Token {
+		t.Helper()
+		cur, err := seq.Current(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: Current: %v", step, err)
+		}
+		if cur < last {
+			t.Fatalf("%s: Current %d after %d: answers decreased", step, cur, last)
+		}
+		last = cur
+		return cur
+	}
+	current("before any grant")
+
+	holder := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	if cur := current("held"); cur != holder.Token() {
+		t.Fatalf("held: Current %d, want the holder's %d", cur, holder.Token())
+	}
+	type result struct {
+		lease locks.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		lease, err := l.Acquire(wctx, k, s.cfg.LongTTL)
+		got <- result{lease, err}
+	}()
+	waited := false
+	t.Cleanup(func() { // on a failure before the hand-over too
+		cancel()
+		if !waited {
+			if r := <-got; r.err == nil {
+				_ = r.lease.Release(context.Background())
+			}
+		}
+		_ = holder.Release(context.Background())
+	})
+	time.Sleep(100 * time.Millisecond) // let the waiter queue; true either way
+	other := mustAcquire(t, ctx, l, key(t, "other"), s.cfg.LongTTL)
+	if cur := current("held, a waiter queued, another key granted"); cur != holder.Token() {
+		t.Fatalf("held with a waiter queued and another key granted (%d): Current %d, want the holder's %d", other.Token(), cur, holder.Token())
+	}
+	mustRelease(t, ctx, other)
+
+	mustRelease(t, ctx, holder)
+	r := <-got
+	waited = true
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	waiter := r.lease
+	if cur := current("handed over"); cur != waiter.Token() {
+		t.Fatalf("handed over: Current %d, want the new holder's %d", cur, waiter.Token())
+	}
+	mustRelease(t, ctx, waiter)
+	free := current("free")
+	if free < waiter.Token() {
+		t.Fatalf("free: Current %d, below the last grant's %d", free, waiter.Token())
+	}
+	next := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	defer mustRelease(t, ctx, next)
+	if next.Token() <= free {
+		t.Fatalf("free: Current %d, not below the next grant's %d", free, next.Token())
+	}
+	if cur := current("granted again"); cur != next.Token() {
+		t.Fatalf("granted again: Current %d, want %d", cur, next.Token())
+	}
 }

@@ -34,6 +34,7 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 		"unconditional-release": "Expiry",
 		"slow-cancel":           "CancelWhileWaiting",
 		"leaky-cancel":          "CancelWhileWaiting",
+		"issued-sequencer":      "Sequencer",
 	} {
 		t.Run(variant, func(t *testing.T) {
 			run := "^TestBroken$/^" + variant + "$/^" + mustFail + "$"
@@ -62,12 +63,27 @@ func TestBroken(t *testing.T) {
 		"unconditional-release": func() locks.Locker { m := memlock.New(); return &wrapped{Locker: m, breakOnRelease: m} },
 		"slow-cancel":           func() locks.Locker { return &wrapped{Locker: memlock.New(), cancelDelay: 300 * time.Millisecond} },
 		"leaky-cancel":          func() locks.Locker { return &wrapped{Locker: memlock.New(), keepAbandoned: true} },
+		"issued-sequencer":      func() locks.Locker { return memlock.New() },
 	}
 	for name, mk := range variants {
 		t.Run(name, func(t *testing.T) {
-			lockstest.Run(t, lockstest.Config{NewLocker: func(*testing.T) locks.Locker { return mk() }})
+			cfg := lockstest.Config{NewLocker: func(*testing.T) locks.Locker { return mk() }}
+			if name == "issued-sequencer" {
+				// The last token issued for any key, as the old forged-token
+				// bound was: above the holder's once another key is granted.
+				cfg.NewSequencer = func(_ *testing.T, l locks.Locker) token.Sequencer {
+					return sequencerFunc(l.(*memlock.Locker).Issued)
+				}
+			}
+			lockstest.Run(t, cfg)
 		})
 	}
+}
+
+type sequencerFunc func(ctx context.Context, key string) (token.Token, error)
+
+func (f sequencerFunc) Current(ctx context.Context, key string) (token.Token, error) {
+	return f(ctx, key)
 }
 
 // freeForAll grants every request: increasing tokens, no exclusion.

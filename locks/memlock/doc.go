@@ -12,13 +12,43 @@
 // unless the clock was stepped back by more than the time the restart took
 // (or the old process issued more than a million grants a second for long
 // enough to run ahead of the clock). Expiry and waiting use the monotonic
-// clock and are not affected by clock steps.
+// clock and are not affected by clock steps. A clock before 1970 floors
+// nothing.
+//
+// The counter is exact over its whole range and stops at [MaxToken]
+// (2^63−1, so every token fits a signed 64-bit column): a grant past it is
+// refused with an error wrapping a [*token.RangeError] — never a token
+// that wraps around below earlier ones. The clock floor stays far below
+// the ceiling; the Locker cannot be healed, so only a counter run ahead of
+// the clock by centuries could reach it.
+//
+// [Locker.Issued] is exactly the last token issued, for any key.
+//
+// # Forged tokens
+//
+// [Locker.Current] implements [token.Sequencer] for [token.SequencerCheck]:
+// the token of the key's current holder, or, while the key is free, the
+// last token issued. A resource that checks tokens against it refuses
+// every token above the current holder's — waiters have no token until
+// they are handed the lock — so a client that makes tokens up can at most
+// act as the current holder. [token.ClockBound] alone lets a made-up token
+// up to five minutes ahead of the clock through; combine both with
+// [token.All]:
+//
+//	check := token.All(token.ClockBound{}, token.SequencerCheck(locker, token.SequencerOptions{}))
 //
 // # Waiting
 //
 // Waiters are served first come, first served: a release hands the lock to
 // the longest-waiting acquirer directly, and waiters also wake when the
 // holder's lease expires. A cancelled waiter leaves the queue.
+//
+// A hand-over is checked when the waiter takes it, under the Locker's
+// mutex: a waiter that was handed the lock but not scheduled until that
+// grant had run out (and the lock had moved on) does not return the dead
+// grant — it queues again, as a new arrival. A waiter that gives up while
+// a grant sits in its channel releases it only if it still holds the
+// lock, so no hand-over ever makes a second holder.
 //
 // # Memory
 //

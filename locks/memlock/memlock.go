@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -13,12 +14,45 @@ import (
 // MinTTL is the shortest TTL memlock accepts.
 const MinTTL = time.Millisecond
 
+// MaxToken is the ceiling of memlock's counter: the Locker refuses to grant
+// past it rather than wrap around to a token below earlier ones. It is
+// [token.MaxInt64], as for every fenceguard locker, so every token fits a
+// signed 64-bit column (PostgreSQL's bigint). The clock floor alone stays
+// below it for the next 290,000 years; only a counter running ahead of the
+// clock by that much could reach it.
+const MaxToken = token.MaxInt64
+
 // Locker is an in-process [locks.Locker]. The zero value is ready to use; a
 // Locker must not be copied after first use.
 type Locker struct {
 	mu   sync.Mutex
 	keys map[string]*entry // guarded by mu; present while held or waited for
 	last token.Token       // guarded by mu; the last token issued
+
+	// Set by tests only (export_test.go), before first use.
+	clock func() time.Time                     // nil: time.Now
+	hook  func(ctx context.Context, at string) // nil: none; see waitHook, grantHook
+}
+
+// The points of Acquire's wait at which a test hook runs: before each
+// wait, and after a grant was taken from the channel (before it is
+// checked), where a goroutine that is not scheduled in time would be.
+const (
+	waitHook  = "wait"
+	grantHook = "granted"
+)
+
+func (l *Locker) now() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Now()
+}
+
+func (l *Locker) runHook(ctx context.Context, at string) {
+	if l.hook != nil {
+		l.hook(ctx, at)
+	}
 }
 
 // entry is one key's state.
@@ -30,7 +64,13 @@ type entry struct {
 
 type waiter struct {
 	ttl     time.Duration
-	granted chan *Lease // buffered: the hand-over never blocks
+	granted chan grant // buffered: the hand-over never blocks
+}
+
+// grant is what a hand-over sends a waiter: a lease, or why there is none.
+type grant struct {
+	lease *Lease
+	err   error
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -49,11 +89,11 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entryLocked(key, time.Now())
+	e := l.entryLocked(key, l.now())
 	if e.holder != nil || len(e.queue) > 0 {
 		return nil, locks.ErrNotObtained
 	}
-	return l.grantLocked(key, e, ttl), nil
+	return l.grantFreeLocked(key, e, ttl)
 }
 
 // Acquire implements [locks.Locker].
@@ -65,13 +105,13 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return nil, err
 	}
 	l.mu.Lock()
-	e := l.entryLocked(key, time.Now())
+	e := l.entryLocked(key, l.now())
 	if e.holder == nil && len(e.queue) == 0 {
-		lease := l.grantLocked(key, e, ttl)
+		lease, err := l.grantFreeLocked(key, e, ttl)
 		l.mu.Unlock()
-		return lease, nil
+		return lease, err
 	}
-	w := &waiter{ttl: ttl, granted: make(chan *Lease, 1)}
+	w := &waiter{ttl: ttl, granted: make(chan grant, 1)}
 	e.queue = append(e.queue, w)
 	l.mu.Unlock()
 
@@ -80,15 +120,36 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	for {
 		// Wake when the holder's lease would expire, to take over from it.
 		l.mu.Lock()
-		wait := time.Until(e.expires)
+		wait := e.expires.Sub(l.now())
 		l.mu.Unlock()
 		timer.Reset(max(wait, 0))
+		l.runHook(ctx, waitHook)
 		select {
-		case lease := <-w.granted:
-			return lease, nil
+		case g := <-w.granted:
+			l.runHook(ctx, grantHook)
+			if g.err != nil {
+				return nil, g.err
+			}
+			l.mu.Lock()
+			if g.lease.heldLocked(l.now()) {
+				l.mu.Unlock()
+				return g.lease, nil
+			}
+			// The grant ran out (or was broken) before this goroutine took
+			// it — it was not scheduled in time — and heldLocked has passed
+			// the lock on. Returning it would hand the caller a lock someone
+			// else may hold: wait again, as a new arrival.
+			e = l.entryLocked(key, l.now())
+			if e.holder == nil && len(e.queue) == 0 {
+				lease, err := l.grantFreeLocked(key, e, ttl)
+				l.mu.Unlock()
+				return lease, err
+			}
+			e.queue = append(e.queue, w)
+			l.mu.Unlock()
 		case <-timer.C:
 			l.mu.Lock()
-			l.expireLocked(key, e, time.Now())
+			l.expireLocked(key, e, l.now())
 			l.mu.Unlock()
 		case <-ctx.Done():
 			l.abandon(key, e, w)
@@ -103,8 +164,14 @@ func (l *Locker) abandon(key string, e *entry, w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
-	case lease := <-w.granted:
-		l.handOverLocked(key, e, lease)
+	case g := <-w.granted:
+		// Release the grant only if it still holds the lock: a grant that
+		// ran out before this waiter took it has been passed on already,
+		// and handing over again would make two holders.
+		if g.err == nil && g.lease.heldLocked(l.now()) {
+			g.lease.released = true
+			l.handOverLocked(key, g.lease.e, g.lease)
+		}
 	default:
 		e.queue = slices.DeleteFunc(e.queue, func(q *waiter) bool { return q == w })
 		l.dropIfIdleLocked(key, e)
@@ -119,12 +186,33 @@ func (l *Locker) Len() int {
 }
 
 // Issued returns an upper bound of every token the Locker has issued for
-// key: the last token it issued for any key, since one counter feeds them
-// all. It never fails and ignores ctx. Its type is that of httpmw's
-// Options.Issued, the forged-token check.
+// key: exactly the last token it issued for any key, since one counter
+// feeds them all. It never fails and ignores ctx. It is no bound for a
+// forged-token check: another key's grant raises it above the token of
+// key's holder, and a client presenting it would claim above the holder.
+// The check wants [Locker.Current].
 func (l *Locker) Issued(_ context.Context, _ string) (token.Token, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.last, nil
+}
+
+var _ token.Sequencer = (*Locker)(nil)
+
+// Current implements [token.Sequencer], for [token.SequencerCheck]: the
+// token of key's current holder while the lock is held, and otherwise the
+// last token issued for any key — at least the token of key's last grant,
+// and below every later one, since one counter feeds every key. Waiters
+// have no token until they are handed the lock, so Current is never above
+// the holder's token. A holder whose lease ran out without a release still
+// counts until the key is next used; its token is below every later
+// grant's. It never fails and ignores ctx.
+func (l *Locker) Current(_ context.Context, key string) (token.Token, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.keys[key]; e != nil && e.holder != nil {
+		return e.holder.tok, nil
+	}
 	return l.last, nil
 }
 
@@ -164,16 +252,23 @@ func (l *Locker) expireLocked(key string, e *entry, now time.Time) {
 }
 
 // handOverLocked ends from's grant and passes the lock to the first waiter,
-// or deletes the entry when nobody waits.
+// or deletes the entry when nobody waits. When the counter is exhausted,
+// every waiter is told so: none of them can be granted.
 func (l *Locker) handOverLocked(key string, e *entry, from *Lease) {
 	if e.holder == from {
 		e.holder = nil
 	}
-	if len(e.queue) > 0 {
+	if e.holder != nil {
+		return // from had lost the lock already; the holder stays
+	}
+	for len(e.queue) > 0 {
 		w := e.queue[0]
 		e.queue = e.queue[1:]
-		w.granted <- l.grantLocked(key, e, w.ttl)
-		return
+		lease, err := l.grantLocked(key, e, w.ttl)
+		w.granted <- grant{lease, err}
+		if err == nil {
+			return
+		}
 	}
 	l.dropIfIdleLocked(key, e)
 }
@@ -184,14 +279,39 @@ func (l *Locker) dropIfIdleLocked(key string, e *entry) {
 	}
 }
 
-func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) *Lease {
-	now := time.Now()
-	l.last = max(l.last+1, token.Token(now.UnixMicro()))
+// grantFreeLocked grants the free, unqueued key e to the caller, or leaves
+// nothing behind if it cannot.
+func (l *Locker) grantFreeLocked(key string, e *entry, ttl time.Duration) (locks.Lease, error) {
+	lease, err := l.grantLocked(key, e, ttl)
+	if err != nil {
+		l.dropIfIdleLocked(key, e)
+		return nil, err
+	}
+	return lease, nil
+}
+
+// grantLocked makes the next token and gives e to a new lease. Past
+// [MaxToken] it refuses with an error wrapping a [*token.RangeError] and
+// changes nothing.
+func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) (*Lease, error) {
+	if l.last >= MaxToken {
+		next := l.last
+		if next < 1<<64-1 {
+			next++
+		}
+		return nil, fmt.Errorf("memlock: grant of %q: %w", key,
+			&token.RangeError{What: "memlock counter", Token: next, Max: MaxToken})
+	}
+	now := l.now()
+	// A clock before 1970 floors nothing (and must not turn into a huge
+	// unsigned token).
+	floor := token.Token(max(now.UnixMicro(), 0))
+	l.last = max(l.last+1, floor)
 	lease := &Lease{l: l, key: key, tok: l.last, ttl: ttl, e: e}
 	e.holder = lease
 	e.expires = now.Add(ttl)
 	lease.deadline = e.expires
-	return lease
+	return lease, nil
 }
 
 // Lease is a memlock grant. It implements [locks.Lease].
@@ -242,7 +362,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	}
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	now := time.Now()
+	now := s.l.now()
 	if s.released || !s.heldLocked(now) {
 		return locks.NotHeldError("renew", s.key, s.tok)
 	}
@@ -258,7 +378,7 @@ func (s *Lease) Release(context.Context) error {
 	if s.released {
 		return nil
 	}
-	if !s.heldLocked(time.Now()) {
+	if !s.heldLocked(s.l.now()) {
 		return locks.NotHeldError("release", s.key, s.tok)
 	}
 	s.released = true

@@ -18,7 +18,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	lockstest.Run(t, lockstest.Config{
-		NewLocker: func(*testing.T) locks.Locker { return memlock.New() },
+		NewLocker:    func(*testing.T) locks.Locker { return memlock.New() },
+		NewSequencer: func(_ *testing.T, l locks.Locker) token.Sequencer { return l.(*memlock.Locker) },
 	})
 }
 

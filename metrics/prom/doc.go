@@ -1,7 +1,8 @@
 // Package prom exports fenceguard's metrics to Prometheus: the holder side
 // from a guard's events ([Metrics.Observe] as guard.Options.Observer), the
 // resource side from claims ([Metrics.Fence] wraps any token.Fence;
-// [Metrics.Claim] records an enforcer's own checks).
+// [Metrics.Check] wraps a token.Check that runs before one, such as
+// httpmw's; [Metrics.Claim] records an enforcer's own checks).
 //
 // # Label cardinality
 //
@@ -26,7 +27,7 @@
 //	fenceguard_release_failures_total{class}      counter
 //	fenceguard_lease_hold_seconds{class}          histogram: grant to release or loss
 //	fenceguard_leases_held{class}                 gauge
-//	fenceguard_claims_total{class,result}         counter: result accepted|stale|invalid|error
+//	fenceguard_claims_total{class,result}         counter: result accepted|stale|forged|invalid|error
 //	fenceguard_high_water{resource}               gauge: only for tracked resources
 //
 // A Metrics is safe for concurrent use.

@@ -97,7 +97,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "leases_held",
 			Help: "Leases currently held by this process."}, cls),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
-			Help: "Resource-side token checks: accepted, stale (refused, lower than the high-water), invalid (bad input), error (check not made)."},
+			Help: "Resource-side token checks: accepted, stale (refused, lower than the high-water), forged (refused, above any token the lock can have granted), invalid (bad input), error (check not made)."},
 			[]string{"class", "result"}),
 		highWater: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "high_water",
 			Help: "Highest token accepted, for tracked resources only."}, []string{"resource"}),
@@ -176,19 +176,30 @@ func cause(err error) string {
 // PostgreSQL column mode, say) call it after each fenced statement.
 func (m *Metrics) Claim(resource string, t token.Token, err error) {
 	c := m.class(resource)
+	result := claimResult(err)
+	m.claims.WithLabelValues(c, result).Inc()
+	if err == nil && m.o.TrackHighWater != nil && m.o.TrackHighWater(resource) {
+		m.highWater.WithLabelValues(resource).Set(float64(t))
+	}
+}
+
+// claimResult is the result label of a claim's outcome. A forged token is
+// a result of its own: a client presenting tokens no lock granted is an
+// attack or a misconfigured key mapping, not a lost lock. A token beyond
+// what the store can hold ([token.ErrRange]) is bad input.
+func claimResult(err error) string {
 	switch {
 	case err == nil:
-		m.claims.WithLabelValues(c, "accepted").Inc()
-		if m.o.TrackHighWater != nil && m.o.TrackHighWater(resource) {
-			m.highWater.WithLabelValues(resource).Set(float64(t))
-		}
+		return "accepted"
 	case errors.Is(err, token.ErrStale):
-		m.claims.WithLabelValues(c, "stale").Inc()
-	case errors.Is(err, token.ErrMissing), errors.Is(err, token.ErrNoResource), errors.Is(err, token.ErrInvalid):
-		m.claims.WithLabelValues(c, "invalid").Inc()
-	default:
-		m.claims.WithLabelValues(c, "error").Inc()
+		return "stale"
+	case errors.Is(err, token.ErrForged):
+		return "forged"
+	case errors.Is(err, token.ErrMissing), errors.Is(err, token.ErrNoResource),
+		errors.Is(err, token.ErrInvalid), errors.Is(err, token.ErrRange):
+		return "invalid"
 	}
+	return "error"
 }
 
 // Fence returns f with every claim recorded.
@@ -202,5 +213,31 @@ type fence struct {
 func (f *fence) Claim(ctx context.Context, resource string, t token.Token) error {
 	err := f.f.Claim(ctx, resource, t)
 	f.m.Claim(resource, t, err)
+	return err
+}
+
+// Check returns c (nil: token.DefaultCheck) with every refusal recorded in
+// claims_total — "forged", or "error" when it could not decide. A token
+// it lets through is not counted: the claim that follows is. Use it for a
+// check that runs before a Fence rather than inside one (httpmw's
+// Options.Check); the refusals of a check inside a Fence that [Metrics.Fence]
+// wraps are recorded there already.
+func (m *Metrics) Check(c token.Check) token.Check {
+	if c == nil {
+		c = token.DefaultCheck()
+	}
+	return &check{c: c, m: m}
+}
+
+type check struct {
+	c token.Check
+	m *Metrics
+}
+
+func (c *check) Check(ctx context.Context, resource string, t token.Token) error {
+	err := c.c.Check(ctx, resource, t)
+	if err != nil {
+		c.m.Claim(resource, t, err)
+	}
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/metrics/prom"
 	"github.com/fenceguard/fenceguard/token"
@@ -106,22 +109,89 @@ func TestClaims(t *testing.T) {
 	_ = f.Claim(ctx, "sku:hot", 5)
 	_ = f.Claim(ctx, "sku:hot", 7)
 	_ = f.Claim(ctx, "sku:hot", 6)                           // stale
+	_ = f.Claim(ctx, "sku:hot", 1<<62)                       // forged: the fence's default clock bound
 	_ = f.Claim(ctx, "sku:cold", 0)                          // invalid
 	_ = f.Claim(ctx, "", 3)                                  // invalid
 	m.Claim("sku:cold", 9, errors.New("connection refused")) // an enforcer's failed check
+	m.Claim("sku:cold", 1<<63, fmt.Errorf("update: %w",      // beyond the store: bad input
+		&token.RangeError{What: "PostgreSQL bigint", Token: 1 << 63, Max: token.MaxInt64}))
 	want := `
-# HELP fenceguard_claims_total Resource-side token checks: accepted, stale (refused, lower than the high-water), invalid (bad input), error (check not made).
+# HELP fenceguard_claims_total Resource-side token checks: accepted, stale (refused, lower than the high-water), forged (refused, above any token the lock can have granted), invalid (bad input), error (check not made).
 # TYPE fenceguard_claims_total counter
 fenceguard_claims_total{class="",result="invalid"} 1
 fenceguard_claims_total{class="sku",result="accepted"} 2
 fenceguard_claims_total{class="sku",result="error"} 1
-fenceguard_claims_total{class="sku",result="invalid"} 1
+fenceguard_claims_total{class="sku",result="forged"} 1
+fenceguard_claims_total{class="sku",result="invalid"} 2
 fenceguard_claims_total{class="sku",result="stale"} 1
 # HELP fenceguard_high_water Highest token accepted, for tracked resources only.
 # TYPE fenceguard_high_water gauge
 fenceguard_high_water{resource="sku:hot"} 7
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fenceguard_claims_total", "fenceguard_high_water"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A check wrapped by Check records its refusals — forged, or error when
+// it could not decide — and nothing for the tokens it lets through, which
+// the Fence records. Through httpmw, every request counts once.
+func TestCheckRefusals(t *testing.T) {
+	m, reg := newMetrics(t, prom.Options{Class: byPrefix})
+	errDown := errors.New("lock service down")
+	down := false
+	inner := token.All(token.ClockBound{}, token.CheckFunc(func(context.Context, string, token.Token) error {
+		if down {
+			return errDown
+		}
+		return nil
+	}))
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence:    m.Fence(&token.MemoryFence{Check: token.NoCheck()}),
+		Check:    m.Check(inner),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /sku/{sku}", mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	put := func(tok string) int {
+		r := httptest.NewRequest(http.MethodPut, "/sku/42", nil)
+		r.Header.Set(token.Header, tok)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, step := range []struct {
+		tok    string
+		status int
+	}{
+		{"7", http.StatusOK},          // accepted: counted by the Fence
+		{"6", http.StatusConflict},    // stale: counted by the Fence
+		{"4611686018427387904", 403},  // forged: counted by the check
+		{"18446744073709551615", 403}, // forged
+	} {
+		if got := put(step.tok); got != step.status {
+			t.Fatalf("token %s: status %d, want %d", step.tok, got, step.status)
+		}
+	}
+	down = true
+	if got := put("8"); got != http.StatusServiceUnavailable {
+		t.Fatalf("check down: status %d", got)
+	}
+	if err := m.Check(nil).Check(context.Background(), "sku:1", 1<<62); !errors.Is(err, token.ErrForged) {
+		t.Errorf("Check(nil) is not the default check: %v", err)
+	}
+	want := `
+# HELP fenceguard_claims_total Resource-side token checks: accepted, stale (refused, lower than the high-water), forged (refused, above any token the lock can have granted), invalid (bad input), error (check not made).
+# TYPE fenceguard_claims_total counter
+fenceguard_claims_total{class="sku",result="accepted"} 1
+fenceguard_claims_total{class="sku",result="error"} 1
+fenceguard_claims_total{class="sku",result="forged"} 3
+fenceguard_claims_total{class="sku",result="stale"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fenceguard_claims_total"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,13 +14,14 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// Client calls the service. With HTTP's transport an *httpmw.Transport,
-// requests made with a context that carries a token (a guard lease's, or
-// guard.Do's function context) send it, and a stale-token refusal comes back
-// as an error that errors.As finds a *token.StaleError in.
+// Client calls the service. With HTTP's transport an *httpmw.Transport
+// whose Key is [ItemKey], requests for an item made with a context that
+// carries that item's token (a guard lease's, or guard.Do's function
+// context) send it, and a stale-token refusal comes back as an error that
+// errors.As finds a *token.StaleError in.
 type Client struct {
 	Base string       // e.g. "http://127.0.0.1:8080"
-	HTTP *http.Client // default: an http.Client with an httpmw.Transport
+	HTTP *http.Client // default: an http.Client with an httpmw.Transport keyed by ItemKey
 }
 
 // ProblemError is any other refusal: the problem details the service sent.
@@ -70,7 +71,21 @@ func (c *Client) AdminGet(ctx context.Context, sku string) (AdminItem, error) {
 	return it, c.do(ctx, http.MethodGet, "/admin/items/"+url.PathEscape(sku), nil, &it)
 }
 
-var defaultHTTP = &http.Client{Transport: &httpmw.Transport{}}
+var defaultHTTP = &http.Client{Transport: &httpmw.Transport{Key: ItemKey}}
+
+// ItemKey is the httpmw.Transport.Key for this service: it maps the
+// fenced routes, /items/{sku} and /items/{sku}/stock, to the lock key
+// "sku:<sku>" the workers hold, so a lease's token goes only to its own
+// item; every other request (the admin routes) goes without a token.
+func ItemKey(r *http.Request) (string, bool) { return itemKey(r) }
+
+var itemKey = func() func(*http.Request) (string, bool) {
+	k, err := httpmw.RouteKey("sku", "/items/{sku}", "/items/{sku}/stock")
+	if err != nil {
+		panic(err) // the patterns are constants
+	}
+	return k
+}()
 
 func (c *Client) do(ctx context.Context, method, path string, body, into any) error {
 	var rd io.Reader

@@ -87,6 +87,7 @@ func New(o Options) (http.Handler, error) {
 		mw, err := httpmw.New(httpmw.Options{
 			Resource:        httpmw.ChiParam("sku"),
 			Fence:           m.Fence(f.Fence),
+			Check:           m.Check(nil), // the default clock bound, its refusals counted as "forged"
 			SerializePerKey: f.SerializePerKey,
 			ErrorWriter:     s.refused,
 		})

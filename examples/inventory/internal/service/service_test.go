@@ -280,7 +280,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // refusals as a *ProblemError; the token travels from the context.
 func TestClient(t *testing.T) {
 	srv := newServer(t, service.NewMemoryStore(), false)
-	c := &service.Client{Base: srv.URL, HTTP: &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}}
+	c := &service.Client{Base: srv.URL, HTTP: &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: service.ItemKey}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.AdminPut(ctx, "lamp", 3); err != nil {

@@ -66,7 +66,7 @@ func newShop(t *testing.T, stock int) *shop {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	c := &service.Client{Base: srv.URL, HTTP: &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport}}}
+	c := &service.Client{Base: srv.URL, HTTP: &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: service.ItemKey}}}
 	if _, err := c.AdminPut(context.Background(), "lamp", stock); err != nil {
 		t.Fatal(err)
 	}
