@@ -146,7 +146,10 @@ func (s *sim) step(t *rapid.T, c *acquirer, ttl int64, grants *[]grant) {
 			return
 		}
 		if c.phase == 0 {
-			tok, ok := c.a.mint()
+			tok, ok, err := c.a.mint()
+			if err != nil {
+				t.Fatalf("%s: %v", c.id, err)
+			}
 			if !ok {
 				s.giveUp(c)
 				return
@@ -225,9 +228,9 @@ func TestSimLostIntersectionWithoutClockFloorRegresses(t *testing.T) {
 			ok, c, p, h := s.acquire(i, id, 1_000_000)
 			a.acquired(i, ok, c, p, h, nil)
 		}
-		tok, ok := a.mint()
-		if !ok {
-			t.Fatalf("%s: no quorum", id)
+		tok, ok, err := a.mint()
+		if !ok || err != nil {
+			t.Fatalf("%s: no quorum (%v)", id, err)
 		}
 		for _, i := range nodes {
 			a.wroteBack(i, s.writeBack(i, id, tok), nil)
