@@ -132,6 +132,15 @@ if not c or gt(nowstr, c) then c = nowstr end
 return c
 `)
 
+// currentScript returns what the node knows of the lock's current grant:
+// the lock's value and the counter, each empty when there is none.
+//
+// KEYS: lock, counter.
+var currentScript = redis.NewScript(decimal + `
+local c = counter(KEYS[2])
+return {redis.call('GET', KEYS[1]) or '', c or ''}
+`)
+
 // healScript raises the counter to at least ARGV[1] (validated by the
 // caller: below token.MaxInt64). A malformed counter is not a token this
 // package wrote — whatever it stood for is lost, as on a restart — and is
