@@ -11,8 +11,9 @@ import "github.com/redis/go-redis/v9"
 // and a release publishes on <prefix>{<key>}:wake.
 //
 // Tokens and counters are canonical decimal strings (digits, no leading
-// zero) of at most token.MaxInt64 ("0": an old Heal(0) wrote it), and never pass through a Lua number:
-// Lua numbers are doubles, exact only below 2^53. The scripts compare them
+// zero) of at most token.MaxInt64 ("0" too: an old Heal(0) wrote it), and
+// never pass through a Lua number: Lua numbers are doubles, exact only
+// below 2^53. The scripts compare them
 // as strings (gt), read the clock as a string (nowstr), and refuse a
 // stored counter that is not such a string with an error reply starting
 // with counterErrPrefix. Minting (max + 1) happens in Go, in uint64.
@@ -30,8 +31,6 @@ const counterErrPrefix = "FENCEGUARD_COUNTER "
 //	counter(k) the counter stored at k, nil when there is none; a malformed
 //	           one raises the error reply (nothing has been written yet in
 //	           any script that calls it first).
-//	ours(v, id) the lock value v belongs to grant id, with or without its
-//	           token.
 const decimal = `
 local function gt(a, b)
   if #a ~= #b then return #a > #b end
@@ -52,6 +51,11 @@ local function counter(k)
   end
   return c
 end
+`
+
+// ours(v, id) reports whether the lock value v belongs to grant id, with
+// or without its token.
+const ours = `
 local function ours(v, id)
   return v == id or (type(v) == 'string' and string.sub(v, 1, #id + 1) == id .. '|')
 end
@@ -103,7 +107,7 @@ return 1
 // renewScript extends the node's lock only if it still holds this grant.
 //
 // KEYS: lock. ARGV: id, ttl ms. Returns 1 when extended, else 0.
-var renewScript = redis.NewScript(decimal + `
+var renewScript = redis.NewScript(ours + `
 if ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -115,7 +119,7 @@ return 0
 // wakes every waiter on the node.
 //
 // KEYS: lock. ARGV: id, channel. Returns 1 when released, else 0.
-var releaseScript = redis.NewScript(decimal + `
+var releaseScript = redis.NewScript(ours + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], '*')
