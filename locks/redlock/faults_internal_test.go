@@ -24,7 +24,8 @@ import (
 // rule applies to the calls of one script on one node.
 type rule struct {
 	fail      bool          // answer with an error; nothing is sent
-	hold      chan struct{} // wait until closed, then send (a client frozen before the call left)
+	wait      chan struct{} // wait until closed, then send (a slow client)
+	hold      chan struct{} // the same, reported to frozen (a client frozen before the call left)
 	holdReply chan struct{} // send, then wait until closed to return the reply (frozen after it arrived)
 	seen      chan<- call   // told of every call once it returns (dropped when full)
 	frozen    chan<- int    // told the node when a call freezes at hold or holdReply
@@ -71,25 +72,29 @@ func (f *faultyNode) apply(ctx context.Context, sha string, args []any, run func
 	if r == nil {
 		return run(ctx)
 	}
-	var cmd *redis.Cmd
-	switch {
-	case r.fail:
-		cmd = redis.NewCmd(ctx)
+	if r.fail {
+		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(errors.New("injected: call failed"))
-	case r.hold != nil:
-		r.froze(f.node)
-		<-r.hold
+		return cmd
+	}
+	if r.wait != nil || r.hold != nil {
+		if r.wait != nil {
+			<-r.wait
+		}
+		if r.hold != nil {
+			r.froze(f.node)
+			<-r.hold
+		}
 		// The call leaves late, as if the process had been frozen: its own
 		// deadline does not stop it.
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		cmd = run(c)
-	default:
-		cmd = run(ctx)
-		if r.holdReply != nil {
-			r.froze(f.node)
-			<-r.holdReply
-		}
+		ctx = c
+	}
+	cmd := run(ctx)
+	if r.holdReply != nil {
+		r.froze(f.node)
+		<-r.holdReply
 	}
 	if r.seen != nil {
 		c := call{node: f.node, args: args, reply: cmd.Val(), err: cmd.Err()}
@@ -332,23 +337,29 @@ func TestFrozenWaiterResumesAfterAnotherAcquired(t *testing.T) {
 			refused("waiting for H")
 			refused("waiting for H, subscribed")
 
+			// The waiter, trying in order, asks node 0 alone, then the
+			// others. Its calls to those wait until H's release is done on
+			// every node (a wake-up comes with the first node's release),
+			// so that its attempt takes all five.
+			released := make(chan struct{})
 			gate := make(chan struct{})
 			writeBacks := make(chan call, 20)
 			frozen := make(chan int, 20)
 			calls := 5
 			if freeze == "before the write-back" {
+				n.set(acquireScript, func(int) *rule { return &rule{wait: released} }, 1, 2, 3, 4)
 				n.set(writeBackScript, func(int) *rule { return &rule{hold: gate, seen: writeBacks, frozen: frozen} })
 			} else {
 				calls = 4
-				// Node 0 answers (the waiter, trying in order, asks it
-				// first, then the others); nodes 1 to 4 take the lock for
-				// the waiter, but their replies wait.
-				n.set(acquireScript, func(int) *rule { return &rule{holdReply: gate, frozen: frozen} }, 1, 2, 3, 4)
+				// Nodes 1 to 4 take the lock for the waiter, but their
+				// replies wait.
+				n.set(acquireScript, func(int) *rule { return &rule{wait: released, holdReply: gate, frozen: frozen} }, 1, 2, 3, 4)
 				n.set(writeBackScript, func(int) *rule { return &rule{seen: writeBacks} })
 			}
 			if err := h.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
+			close(released)
 			// Woken, the waiter takes every node and freezes.
 			for range calls {
 				select {
