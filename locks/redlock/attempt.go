@@ -70,10 +70,13 @@ func (a *attempt) heldCount() int {
 }
 
 // mint decides the token once every node answered: the largest counter
-// among the nodes won, plus one. It fails without a quorum.
-func (a *attempt) mint() (token.Token, bool) {
+// among the nodes won, plus one — in uint64, exact. It fails without a
+// quorum (ok false), and with a [*token.RangeError] when that largest
+// counter is at the ceiling, [token.MaxInt64]: no token above it is ever
+// granted, and none is repeated.
+func (a *attempt) mint() (tok token.Token, ok bool, err error) {
 	if a.heldCount() < a.quorum {
-		return 0, false
+		return 0, false, nil
 	}
 	var top token.Token
 	for i, h := range a.held {
@@ -81,8 +84,11 @@ func (a *attempt) mint() (token.Token, bool) {
 			top = max(top, a.counters[i])
 		}
 	}
+	if top >= token.MaxInt64 {
+		return 0, false, &token.RangeError{What: "redlock counter", Token: top + 1, Max: token.MaxInt64}
+	}
 	a.tok = top + 1
-	return a.tok, true
+	return a.tok, true, nil
 }
 
 // wroteBack records node i's answer to the token's write-back.

@@ -2,6 +2,11 @@
 // nodes — and hands out fencing tokens that grow with every grant, which
 // Redlock alone cannot do.
 //
+// A [Locker] is safe for concurrent use; Close it when done (it holds one
+// pub/sub connection per node for waiters). A [Sequencer], the resource
+// side's view of the same locks, holds nothing and needs no Close. The
+// nodes must run Redis 6.0 or later (SET … KEEPTTL).
+//
 // # The lock
 //
 // An acquire asks every node at once to SET NX PX the lock key with a
@@ -34,8 +39,8 @@
 //  2. With a quorum of nodes granted, the token is the largest of their
 //     counters plus one.
 //  3. The token is written back to every node won — counter = max(counter,
-//     token) — by a script that writes only while the node's lock still
-//     holds this grant's id.
+//     token), and the lock's value becomes "id|token" — by a script that
+//     writes only while the node's lock still holds this grant's id.
 //  4. The token is handed out only once a majority acknowledged the
 //     write-back; otherwise the attempt gives the nodes back and fails.
 //
@@ -66,6 +71,119 @@
 // resource's high-water.
 //
 // The price of the token is one extra round: the write-back, in parallel
-// to the nodes won. An uncontended acquire is two parallel rounds, a
-// release one.
+// to the nodes won (storing the token with the lock costs no round: it is
+// one more SET in the same script). An uncontended acquire is two
+// parallel rounds, a release one.
+//
+// # Exact over the whole range, and the ceiling
+//
+// Tokens are exact from 1 to [token.MaxInt64] (2^63−1), the ceiling: no
+// path passes through floating point, though Redis's Lua numbers are
+// doubles, exact only below 2^53. The scripts keep counters as canonical
+// decimal strings, compare them as strings (longer is larger; of equal
+// length, in two exact halves), read the clock as a string (seconds and
+// zero-padded microseconds), and return the floored counter as a string;
+// the +1 of step 2 happens in Go, in uint64. The acquire's floor, the
+// write-back's "raise only if greater", [Locker.Heal] and [Locker.Issued]
+// all work this way. A stored counter that is not such a string (someone
+// else wrote the key) fails its node with a [*CounterError] before
+// anything is taken there; Heal replaces it.
+//
+// At the ceiling: an acquire whose quorum's largest counter is already
+// token.MaxInt64 fails with an error wrapping a [*token.RangeError] (and
+// gives back the nodes it took) rather than mint past it or repeat it;
+// Heal refuses targets above [MaxHeal] = token.MaxInt64 − 1 (and zero)
+// with an error wrapping [locks.ErrInvalid] and, above MaxHeal, a
+// *token.RangeError, touching no node. Every token fits PostgreSQL's
+// bigint. Counters are server microseconds (about 2^50.7 in 2026) unless
+// healed: the ceiling is reached only by healing to near it.
+//
+// # Which token is current: the Sequencer
+//
+// [Sequencer.Current] answers, for [token.SequencerCheck], the token of
+// the lock's current grant: the holder's token when one grant's
+// "id|token" is the lock's value on a majority of the nodes; otherwise a
+// bound computed from the counters — the quorum-th largest of the nodes'
+// counters (adjusted for nodes that did not answer or have none), which is
+// at least the last grant's token (its write-back reached a majority) and,
+// with every node answering, at most the next holder's (the next holder's
+// majority shares a node with the quorum at the top). Not the largest
+// counter: a failed attempt's write-back may have reached a minority, and
+// failed attempts can stack tokens there above what the next holder mints
+// from the other nodes. Current's doc has the full argument: never below a
+// live holder's token, never above the current holder's when one holds a
+// majority, never decreasing.
+//
+// Cost: one parallel round trip to every node (each bounded by a second),
+// answers from a majority needed, else a [*QuorumError]. SequencerCheck
+// caches answers, so a resource pays it about once per grant it sees.
+//
+// Where it is weaker: with nodes unreachable, or without a counter (a
+// restart without persistence, CounterIdle passed), Current still bounds
+// every live holder but may stand above the next holder's token — only
+// when failed attempts left tokens above what the next holder reads, which
+// the clock floor prevents unless counters were healed above the clock —
+// and a later answer may then be lower. When a majority of nodes lost lock
+// and counter together, the grant is lost and Current may answer below its
+// token (the resource refuses that holder: it fails closed). And it
+// inherits the tokens' failure mode: a node in the intersection losing its
+// counter while its clock stepped back can give the next grant a token
+// below the last one; Current then answers that lower token for the new
+// holder, which the resource refuses as stale until [Locker.Heal].
+//
+// # Forged tokens
+//
+// Threat model: a client of the resource that does not hold the lock can
+// present any token; one far above the holders' would become the
+// resource's mark and lock every honest holder out.
+//
+//   - [token.ClockBound], every enforcer's default, bounds redlock's
+//     clock-floored tokens by the resource's own clock plus a skew, with no
+//     round trip: a forger can lock a resource out for at most that skew.
+//     It assumes counters were not healed above the clock: after a Heal to
+//     a resource's high-water far above the clock, honest tokens are above
+//     the bound and refused — use the sequencer check there.
+//   - [token.SequencerCheck] over a [Sequencer] bounds tokens by the
+//     current holder's: a forger can at worst act as the current holder
+//     until the next grant, never raise a mark above it. Put it after a
+//     ClockBound with [token.All] so made-up tokens cost no round trip.
+//
+// Neither authenticates: a forger who presents the current holder's exact
+// token is let in like the holder. Keep fenced routes to clients that
+// take the lock. [Locker.Issued] is a weaker bound (the largest counter or
+// clock on a majority: every token ever issued, not the holder's).
+//
+// # Waiters: no hand-over, and why a frozen one cannot hold on
+//
+// A release does not hand the lock to a waiter: it deletes the lock and
+// wakes everyone, and waiters try again from scratch, each attempt with a
+// fresh grant id. So a wake-up is only a hint — a stale or duplicated one
+// costs an attempt, nothing else — and every lease [Locker.Acquire]
+// returns comes out of a complete attempt: SET NX on a quorum, the token
+// minted from the counters those very scripts read, its write-back
+// acknowledged by a quorum of nodes that still held this attempt's id, and
+// validity left. A waiter frozen anywhere in its attempt (its write-back
+// not yet sent, or its acquire replies not yet read) and resumed after its
+// node locks expired and another client X acquired finds the nodes X's:
+// its write-back is refused there (it may have minted a token below X's
+// from counters read before X's — that token is never handed out), the
+// attempt gives up, and it waits for X like any other waiter. Its
+// validity, measured on the local monotonic clock from before its first
+// request, has run out by then too. What no lock can prevent remains: a
+// pause after the validity check, between the attempt and the caller — the
+// lease then comes back with its [Lease.Deadline] already past (package
+// guard gives such a lease back and tries again), and the resource's fence
+// refuses the lower token once X has claimed.
+//
+// # Errors
+//
+//   - [locks.ErrNotObtained]: TryAcquire found the lock held.
+//   - [locks.ErrNotHeld]: Renew or Release of a grant that lost its quorum.
+//   - [locks.ErrInvalid]: a bad argument (empty key, short TTL, a Heal
+//     target of zero or above MaxHeal); nothing was sent.
+//   - [*QuorumError]: too few nodes answered; no token was issued.
+//   - [*CounterError]: a node's counter is malformed (inside a QuorumError
+//     when it cost the quorum).
+//   - [*token.RangeError] (token.ErrRange): the counter is at the ceiling.
+//   - [ErrClosed]: the Locker was closed while an Acquire waited.
 package redlock

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,10 @@ type Client interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
+
+// DefaultPrefix is the key prefix of [Options] and [NewSequencer] when
+// none is given.
+const DefaultPrefix = "fenceguard:redlock:"
 
 // MinTTL is the shortest lease redlock grants.
 const MinTTL = 10 * time.Millisecond
@@ -42,10 +47,37 @@ func (e *QuorumError) Error() string {
 
 func (e *QuorumError) Unwrap() error { return e.Err }
 
+// CounterError reports a node whose token counter for a key is not a
+// token this package wrote: not a canonical decimal number up to
+// [token.MaxInt64] (someone else wrote the key). The node counts as
+// failed for that key — nothing is read from it or written to it — until
+// [Locker.Heal] replaces the value or it is deleted.
+type CounterError struct {
+	Node  int    // index in the nodes given to New or NewSequencer
+	Key   string // the counter's Redis key
+	Value string // the stored value, cut at 40 bytes
+}
+
+func (e *CounterError) Error() string {
+	return fmt.Sprintf("redlock: node %d: malformed token counter %q at %q", e.Node, e.Value, e.Key)
+}
+
+// nodeErr gives a script's error on node i its type.
+func nodeErr(i int, key string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		if v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix); ok {
+			v, _, _ = strings.Cut(v, " script: ")
+			return &CounterError{Node: i, Key: key, Value: v}
+		}
+	}
+	return err
+}
+
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
 	// Prefix starts every key and channel on every node. Default
-	// "fenceguard:redlock:".
+	// [DefaultPrefix].
 	Prefix string
 
 	// DriftFactor and DriftMin give the clock drift allowed for: validity
@@ -81,7 +113,7 @@ func New(nodes []Client, o Options) (*Locker, error) {
 		return nil, fmt.Errorf("%w: no nodes", locks.ErrInvalid)
 	}
 	if o.Prefix == "" {
-		o.Prefix = "fenceguard:redlock:"
+		o.Prefix = DefaultPrefix
 	}
 	if o.DriftFactor == 0 {
 		o.DriftFactor = 0.01
@@ -118,8 +150,10 @@ type lockKeys struct {
 	lock, counter, channel string
 }
 
-func (l *Locker) keys(key string) lockKeys {
-	base := l.o.Prefix + "{" + key + "}"
+func (l *Locker) keys(key string) lockKeys { return keysFor(l.o.Prefix, key) }
+
+func keysFor(prefix, key string) lockKeys {
+	base := prefix + "{" + key + "}"
 	return lockKeys{lock: base, counter: base + ":tok", channel: base + ":wake"}
 }
 
@@ -173,8 +207,13 @@ const (
 // first node acts as a tie-breaker, so competing acquirers (waiters woken
 // by the same release) cannot split the nodes among themselves — the
 // losers learn "held" from one node and go back to waiting.
-func (l *Locker) try(ctx context.Context, k lockKeys, key, id string, ttl time.Duration, ordered bool) (*Lease, outcome, time.Duration, error) {
+//
+// Every attempt is a grant of its own, with a fresh id: whatever an
+// earlier attempt left on a node (a lock its give-back did not reach) is
+// never taken for this one's.
+func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Duration, ordered bool) (*Lease, outcome, time.Duration, error) {
 	start := time.Now()
+	id := newID()
 	a := newAttempt(len(l.nodes))
 	timeout := l.nodeTimeout(ttl)
 	ask := func(ctx context.Context, i int, mu *sync.Mutex) {
@@ -205,7 +244,7 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key, id string, ttl time.D
 	if !ordered || slices.Contains(rest, true) {
 		l.each(ctx, timeout, rest, ask)
 	}
-	tok, ok := a.mint()
+	tok, ok, rangeErr := a.mint()
 	if ok {
 		l.each(ctx, timeout, a.held, func(ctx context.Context, i int, mu *sync.Mutex) {
 			ok, err := l.writeBackNode(ctx, i, k, id, tok)
@@ -223,6 +262,9 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key, id string, ttl time.D
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		l.releaseNodes(rctx, timeout, k, id, a.held)
 		cancel()
+	}
+	if rangeErr != nil {
+		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, rangeErr)
 	}
 	if err := a.unreachable(); err != nil {
 		return nil, 0, 0, err
@@ -249,24 +291,41 @@ func backoff(n int) time.Duration {
 func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, counter token.Token, pttl time.Duration, holder string, err error) {
 	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
 	if err != nil {
-		return false, 0, 0, "", err
+		return false, 0, 0, "", nodeErr(i, k.counter, err)
 	}
 	if got, _ := res[0].(int64); got != 1 && len(res) == 3 {
 		p, _ := res[1].(int64)
 		holder, _ = res[2].(string)
+		holder, _, _ = strings.Cut(holder, "|") // the grant's id, with or without its token
 		return false, 0, time.Duration(p) * time.Millisecond, holder, nil
 	}
 	s, _ := res[1].(string)
-	c, err := strconv.ParseUint(s, 10, 64)
+	c, err := parseCounter(s)
 	if len(res) != 2 || err != nil {
-		return false, 0, 0, "", fmt.Errorf("redlock: unexpected acquire reply %v", res)
+		return false, 0, 0, "", fmt.Errorf("redlock: node %d: unexpected acquire reply %v", i, res)
 	}
-	return true, token.Token(c), 0, "", nil
+	return true, c, 0, "", nil
+}
+
+// parseCounter reads a counter or token as the scripts return it: a
+// canonical decimal string of at most [token.MaxInt64].
+func parseCounter(s string) (token.Token, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	t, err := token.Parse(s)
+	if err != nil {
+		return 0, err
+	}
+	if t > token.MaxInt64 {
+		return 0, &token.RangeError{What: "redlock counter", Token: t, Max: token.MaxInt64}
+	}
+	return t, nil
 }
 
 func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
 	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
-	return n == 1, err
+	return n == 1, nodeErr(i, k.counter, err)
 }
 
 // releaseNodes gives back the chosen nodes' locks (all when nodes is nil).
@@ -295,12 +354,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	k, id := l.keys(key), newID()
+	k := l.keys(key)
 	// A split vote says nothing about whether the lock is free: try again
 	// until one contender wins (then the lock is taken) or ttl runs out.
 	give := time.Now().Add(ttl)
 	for n := 0; ; n++ {
-		lease, out, _, err := l.try(ctx, k, key, id, ttl, n > 0)
+		lease, out, _, err := l.try(ctx, k, key, ttl, n > 0)
 		switch {
 		case err != nil:
 			return nil, err
@@ -337,7 +396,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	k, id := l.keys(key), newID()
+	k, waiter := l.keys(key), newID()
 	var wake chan struct{} // merged wake-ups from all nodes, once listening
 	var stop func()
 	defer func() {
@@ -349,7 +408,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	defer timer.Stop()
 	splits, ordered := 0, false
 	for {
-		lease, out, wait, err := l.try(ctx, k, key, id, ttl, ordered)
+		lease, out, wait, err := l.try(ctx, k, key, ttl, ordered)
 		ordered = true // only a first, uncontended attempt goes in parallel
 		if err != nil {
 			return nil, err
@@ -365,7 +424,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		if wake == nil {
 			// Listen, then try again at once: a release between the
 			// attempt and the subscription would otherwise be missed.
-			if wake, stop, err = l.listen(ctx, k.channel, id); err != nil {
+			if wake, stop, err = l.listen(ctx, k.channel, waiter); err != nil {
 				return nil, err
 			}
 			continue
@@ -431,9 +490,10 @@ func (l *Locker) listen(ctx context.Context, channel, id string) (chan struct{},
 
 // Issued returns an upper bound of every token granted for key: the largest
 // max(counter, clock in µs) among a majority of nodes (every token was
-// written back to a majority, and any two majorities share a node). A
-// presented token above it was never issued — resources use this to refuse
-// forged tokens (see package httpmw).
+// written back to a majority, and any two majorities share a node), read
+// and compared exactly. A presented token above it was never issued. For
+// refusing forged tokens prefer a [Sequencer]: its bound is the current
+// holder's token, not the clock.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	k := l.keys(key)
 	a := newAttempt(len(l.nodes))
@@ -441,16 +501,18 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	answered := 0
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
 		s, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter}).Text()
+		var v token.Token
+		if err == nil {
+			v, err = parseCounter(s)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			a.errs = append(a.errs, err)
+			a.errs = append(a.errs, nodeErr(i, k.counter, err))
 			return
 		}
-		if v, err := strconv.ParseUint(s, 10, 64); err == nil {
-			top = max(top, token.Token(v))
-			answered++
-		}
+		top = max(top, v)
+		answered++
 	})
 	if answered < a.quorum {
 		return 0, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: a.n - answered, Err: errors.Join(a.errs...)}
@@ -458,13 +520,27 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	return top, nil
 }
 
+// MaxHeal is the largest target [Locker.Heal] accepts: one below the
+// ceiling, [token.MaxInt64], so the grant after a heal still has a token.
+const MaxHeal = token.MaxInt64 - 1
+
 // Heal raises key's counter to at least to on every node it reaches, so
 // the next grant's token is above it; it needs a majority. Use it with
 // [token.StaleError.Current] when a resource refused a token because
-// counters were lost and clocks went back.
+// counters were lost and clocks went back. A target of zero or above
+// [MaxHeal] is refused with an error wrapping [locks.ErrInvalid] (and,
+// above MaxHeal, a [*token.RangeError]) before any node is touched. A
+// node's malformed counter ([CounterError]) is replaced by max(to, the
+// node's clock in µs).
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
-	if key == "" || to > 1<<53 {
-		return fmt.Errorf("%w: heal %q to %d (max 2^53)", locks.ErrInvalid, key, to)
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
+	case to == 0:
+		return fmt.Errorf("%w: heal %q to 0", locks.ErrInvalid, key)
+	case to > MaxHeal:
+		return fmt.Errorf("%w: heal %q: %w", locks.ErrInvalid, key,
+			&token.RangeError{What: "redlock heal target", Token: to, Max: MaxHeal})
 	}
 	k := l.keys(key)
 	a := newAttempt(len(l.nodes))

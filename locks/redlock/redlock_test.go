@@ -221,7 +221,7 @@ func TestIssuedAndHeal(t *testing.T) {
 	if next.Token() <= hw {
 		t.Fatalf("token %d after healing to %d", next.Token(), hw)
 	}
-	if err := l.Heal(ctx, "k", 1<<60); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("Heal beyond 2^53: %v", err)
+	if err := l.Heal(ctx, "k", token.MaxInt64); !errors.Is(err, locks.ErrInvalid) || !errors.Is(err, token.ErrRange) {
+		t.Fatalf("Heal to the ceiling: %v", err)
 	}
 }

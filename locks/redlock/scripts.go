@@ -4,43 +4,99 @@ import "github.com/redis/go-redis/v9"
 
 // Per node, the keys of one lock share the hash tag {key}:
 //
-//	<prefix>{<key>}      the lock: the holder's grant id, PX ttl
+//	<prefix>{<key>}      the lock: "<grant id>" once taken, "<grant id>|<token>"
+//	                     once the grant's token is written back; PX ttl
 //	<prefix>{<key>}:tok  the node's token counter, PX counter idle time
 //
 // and a release publishes on <prefix>{<key>}:wake.
 //
-// Counters are server microseconds or a little above: exact as Lua doubles
-// (below 2^53), and passed as decimal strings.
+// Tokens and counters are canonical decimal strings (digits, no leading
+// zero) of at most token.MaxInt64 ("0" too: an old Heal(0) wrote it), and
+// never pass through a Lua number: Lua numbers are doubles, exact only
+// below 2^53. The scripts compare them
+// as strings (gt), read the clock as a string (nowstr), and refuse a
+// stored counter that is not such a string with an error reply starting
+// with counterErrPrefix. Minting (max + 1) happens in Go, in uint64.
 
+// counterErrPrefix starts the error reply of a script that found a
+// malformed counter; the node's client turns it into a [*CounterError].
+const counterErrPrefix = "FENCEGUARD_COUNTER "
+
+// decimal defines, for the scripts:
+//
+//	gt(a, b)   a > b, for canonical decimal strings: the longer is larger;
+//	           of equal length, the high digits (at most 10: exact as a
+//	           double) decide, then the low 9.
+//	valid(s)   s is a canonical decimal string, 0 to token.MaxInt64.
+//	counter(k) the counter stored at k, nil when there is none; a malformed
+//	           one raises the error reply (nothing has been written yet in
+//	           any script that calls it first).
+const decimal = `
+local function gt(a, b)
+  if #a ~= #b then return #a > #b end
+  local ah, bh = tonumber(string.sub(a, 1, -10)) or 0, tonumber(string.sub(b, 1, -10)) or 0
+  if ah ~= bh then return ah > bh end
+  return tonumber(string.sub(a, -9)) > tonumber(string.sub(b, -9))
+end
+local function valid(s)
+  if type(s) ~= 'string' or #s == 0 or #s > 19 then return false end
+  if s ~= '0' and not string.find(s, '^[1-9][0-9]*$') then return false end
+  return not gt(s, '9223372036854775807')
+end
+local function counter(k)
+  local c = redis.call('GET', k)
+  if not c then return nil end
+  if not valid(c) then
+    return error({err = '` + counterErrPrefix + `' .. string.sub(c, 1, 40)})
+  end
+  return c
+end
+`
+
+// ours(v, id) reports whether the lock value v belongs to grant id, with
+// or without its token.
+const ours = `
+local function ours(v, id)
+  return v == id or (type(v) == 'string' and string.sub(v, 1, #id + 1) == id .. '|')
+end
+`
+
+// timeNow reads the server clock in µs as a canonical decimal string:
+// seconds, then the microseconds padded to six digits.
 const timeNow = `
 local t = redis.call('TIME')
-local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowstr = t[1] .. string.format('%06d', tonumber(t[2]))
 `
 
 // acquireScript takes the node's lock if free and returns the node's
-// clock-floored counter, max(counter, now in µs), without changing it.
+// clock-floored counter, max(counter, now in µs), without changing it. A
+// malformed counter fails the call before the lock is taken.
 //
 // KEYS: lock, counter. ARGV: id, ttl ms.
-// Returns {1, counter} when taken, {0, pttl, holder} when held by another.
-var acquireScript = redis.NewScript(`
+// Returns {1, counter} when taken, {0, pttl, holder} when held by another
+// (holder: the lock's value, "id" or "id|token").
+var acquireScript = redis.NewScript(decimal + `
+local c = counter(KEYS[2])
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) or ''}
 end
 ` + timeNow + `
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if c < nowus then c = nowus end
-return {1, string.format('%.0f', c)}
+if not c or gt(nowstr, c) then c = nowstr end
+return {1, c}
 `)
 
-// writeBackScript raises the node's counter to the token, only while this
-// grant holds the node's lock.
+// writeBackScript records the grant's token on the node, only while this
+// grant holds the node's lock: the lock's value becomes "id|token" (its
+// TTL kept), and the counter is raised to the token if it is below.
 //
 // KEYS: lock, counter. ARGV: id, token, counter idle ms.
 // Returns 1 when written, 0 when the node's lock is not ours.
-var writeBackScript = redis.NewScript(`
+var writeBackScript = redis.NewScript(decimal + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if c < tonumber(ARGV[2]) then
+if not valid(ARGV[2]) then return redis.error_reply('redlock: bad token ' .. ARGV[2]) end
+local c = counter(KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'KEEPTTL')
+if not c or gt(ARGV[2], c) then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 else
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -51,8 +107,8 @@ return 1
 // renewScript extends the node's lock only if it still holds this grant.
 //
 // KEYS: lock. ARGV: id, ttl ms. Returns 1 when extended, else 0.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+var renewScript = redis.NewScript(ours + `
+if ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -63,8 +119,8 @@ return 0
 // wakes every waiter on the node.
 //
 // KEYS: lock. ARGV: id, channel. Returns 1 when released, else 0.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+var releaseScript = redis.NewScript(ours + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], '*')
 return 1
@@ -73,18 +129,38 @@ return 1
 // issuedScript returns max(counter, now in µs).
 //
 // KEYS: counter.
-var issuedScript = redis.NewScript(timeNow + `
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < nowus then c = nowus end
-return string.format('%.0f', c)
+var issuedScript = redis.NewScript(decimal + `
+local c = counter(KEYS[1])
+` + timeNow + `
+if not c or gt(nowstr, c) then c = nowstr end
+return c
 `)
 
-// healScript raises the counter to at least ARGV[1].
+// currentScript returns what the node knows of the lock's current grant:
+// the lock's value and the counter, each empty when there is none.
 //
-// KEYS: counter. ARGV: target, counter idle ms.
-var healScript = redis.NewScript(`
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < tonumber(ARGV[1]) then c = tonumber(ARGV[1]) end
-redis.call('SET', KEYS[1], string.format('%.0f', c), 'PX', ARGV[2])
-return 1
+// KEYS: lock, counter.
+var currentScript = redis.NewScript(decimal + `
+local c = counter(KEYS[2])
+return {redis.call('GET', KEYS[1]) or '', c or ''}
+`)
+
+// healScript raises the counter to at least ARGV[1] (validated by the
+// caller: below token.MaxInt64). A malformed counter is not a token this
+// package wrote — whatever it stood for is lost, as on a restart — and is
+// replaced by max(target, now in µs), the value a restarted node would
+// floor its counter to after the heal.
+//
+// KEYS: counter. ARGV: target, counter idle ms. Returns the counter.
+var healScript = redis.NewScript(decimal + timeNow + `
+if not valid(ARGV[1]) then return redis.error_reply('redlock: bad heal target ' .. ARGV[1]) end
+local c = redis.call('GET', KEYS[1])
+if c and not valid(c) then
+  c = nowstr
+  if gt(ARGV[1], c) then c = ARGV[1] end
+elseif not c or gt(ARGV[1], c) then
+  c = ARGV[1]
+end
+redis.call('SET', KEYS[1], c, 'PX', ARGV[2])
+return c
 `)

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,18 +15,25 @@ import (
 // interleavings chosen by rapid: which acquirer's pending node call runs
 // next, which node restarts (losing its lock and counter), when the clock
 // moves. The nodes mirror the Lua scripts; the client side is the very
-// attempt type the Locker uses.
+// attempt type the Locker uses, and readers decide with the very function
+// Sequencer.Current uses.
 
 type simNode struct {
-	holder  string
-	expires int64 // sim µs
-	counter token.Token
+	holder  string      // the lock: the grant's id ...
+	tok     token.Token // ... and the token written back with it (0: not yet)
+	expires int64       // sim µs
+	counter token.Token // 0: none
 }
 
 type sim struct {
 	now        int64 // µs; moves forward at every step, like a real clock
 	clockFloor bool  // nodes floor counters with their clock
 	nodes      []simNode
+
+	readers  int       // Sequencer readers per round (0: none, and no draws for them)
+	reads    []simRead // the readers' completed reads
+	granted  map[string]token.Token
+	restarts [][2]int64 // node, time
 }
 
 func (s *sim) acquire(i int, id string, ttl int64) (ok bool, counter token.Token, pttl time.Duration, holder string) {
@@ -33,7 +41,7 @@ func (s *sim) acquire(i int, id string, ttl int64) (ok bool, counter token.Token
 	if n.holder != "" && n.expires > s.now {
 		return false, 0, time.Duration(n.expires-s.now) * time.Microsecond, n.holder
 	}
-	n.holder, n.expires = id, s.now+ttl
+	n.holder, n.tok, n.expires = id, 0, s.now+ttl
 	c := n.counter
 	if s.clockFloor {
 		c = max(c, token.Token(s.now))
@@ -46,17 +54,63 @@ func (s *sim) writeBack(i int, id string, tok token.Token) bool {
 	if n.holder != id || n.expires <= s.now {
 		return false
 	}
+	n.tok = tok
 	n.counter = max(n.counter, tok)
 	return true
 }
 
+// view is what currentScript returns of node i.
+func (s *sim) view(i int) nodeView {
+	n := &s.nodes[i]
+	if n.holder == "" || n.expires <= s.now {
+		return nodeView{counter: n.counter}
+	}
+	return nodeView{grant: n.holder, tok: n.tok, counter: n.counter}
+}
+
+// holding returns the ids of the attempts whose locks are live on a
+// majority of nodes, and which of them have their token on a majority.
+func (s *sim) holding() (held map[string]bool, visible map[string]token.Token) {
+	count, toks := map[string]int{}, map[string]int{}
+	held, visible = map[string]bool{}, map[string]token.Token{}
+	for i := range s.nodes {
+		v := s.view(i)
+		if v.grant == "" {
+			continue
+		}
+		if count[v.grant]++; count[v.grant] > len(s.nodes)/2 {
+			held[v.grant] = true
+		}
+		if v.tok != 0 {
+			if toks[v.grant]++; toks[v.grant] > len(s.nodes)/2 {
+				visible[v.grant] = v.tok
+			}
+		}
+	}
+	return held, visible
+}
+
 func (s *sim) release(i int, id string) {
 	if n := &s.nodes[i]; n.holder == id {
-		n.holder = ""
+		n.holder, n.tok = "", 0
 	}
 }
 
-func (s *sim) restart(i int) { s.nodes[i] = simNode{} }
+func (s *sim) restart(i int) {
+	s.nodes[i] = simNode{}
+	s.restarts = append(s.restarts, [2]int64{int64(i), s.now})
+}
+
+// lostSince is how many distinct nodes restarted after time t.
+func (s *sim) lostSince(t int64) int {
+	lost := map[int64]bool{}
+	for _, r := range s.restarts {
+		if r[1] >= t {
+			lost[r[0]] = true
+		}
+	}
+	return len(lost)
+}
 
 // acquirer is one client's attempt as a state machine.
 type acquirer struct {
@@ -84,6 +138,56 @@ type grant struct {
 	start, end int64
 }
 
+// reader is one client of a Sequencer making successive Current calls,
+// one node read per step.
+type reader struct {
+	pending []bool
+	views   []nodeView
+	cur     simRead
+}
+
+// simRead is one completed Current call.
+type simRead struct {
+	start, end int64
+	ans        token.Token
+	all        bool                   // every node reported a counter
+	before     []grant                // grants handed out before it began
+	heldAtEnd  map[string]bool        // attempts holding a majority when it ended
+	visibleAt  map[string]token.Token // grants with their token on a majority at its start ...
+	visibleEnd map[string]token.Token // ... and at its end
+}
+
+func (s *sim) startRead(r *reader, grants []grant) {
+	r.pending, r.views = allTrue(len(s.nodes)), nil
+	r.cur = simRead{start: s.now}
+	r.cur.before = slices.Clone(grants)
+	_, r.cur.visibleAt = s.holding()
+}
+
+func (s *sim) stepReader(t *rapid.T, r *reader) {
+	var idx []int
+	for i, p := range r.pending {
+		if p {
+			idx = append(idx, i)
+		}
+	}
+	i := idx[rapid.IntRange(0, len(idx)-1).Draw(t, "read")]
+	r.pending[i] = false
+	r.views = append(r.views, s.view(i))
+	if len(idx) > 1 {
+		return
+	}
+	r.cur.end = s.now
+	r.cur.ans = current(len(s.nodes), r.views)
+	r.cur.all = true
+	for _, v := range r.views {
+		r.cur.all = r.cur.all && max(v.counter, v.tok) != 0
+	}
+	r.cur.heldAtEnd, r.cur.visibleEnd = s.holding()
+	s.reads = append(s.reads, r.cur)
+	r.pending = nil
+}
+
 // run plays one interleaving and returns the grants it produced.
 func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
 	const ttl = 1_000_000 // 1s in µs
@@ -93,6 +197,10 @@ func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
 		cs := make([]*acquirer, nAcquirers)
 		for j := range cs {
 			cs[j] = &acquirer{id: fmt.Sprintf("r%d-c%d", round, j), a: newAttempt(n), pending: allTrue(n), start: s.now}
+		}
+		rs := make([]*reader, s.readers)
+		for j := range rs {
+			rs[j] = &reader{}
 		}
 		for steps := 0; ; steps++ {
 			active := []*acquirer{}
@@ -108,6 +216,17 @@ func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
 			if restarts && rapid.IntRange(0, 9).Draw(t, "restart?") == 0 {
 				s.restart(rapid.IntRange(0, n-1).Draw(t, "node"))
 				continue
+			}
+			if len(rs) > 0 {
+				if j := rapid.IntRange(-len(rs), len(active)-1).Draw(t, "actor"); j < 0 {
+					r := rs[-j-1]
+					if r.pending == nil {
+						s.startRead(r, grants)
+					} else {
+						s.stepReader(t, r)
+					}
+					continue
+				}
 			}
 			c := active[rapid.IntRange(0, len(active)-1).Draw(t, "acquirer")]
 			s.step(t, c, ttl, &grants)
@@ -146,7 +265,10 @@ func (s *sim) step(t *rapid.T, c *acquirer, ttl int64, grants *[]grant) {
 			return
 		}
 		if c.phase == 0 {
-			tok, ok := c.a.mint()
+			tok, ok, err := c.a.mint()
+			if err != nil {
+				t.Fatalf("%s: %v", c.id, err)
+			}
 			if !ok {
 				s.giveUp(c)
 				return
@@ -158,6 +280,10 @@ func (s *sim) step(t *rapid.T, c *acquirer, ttl int64, grants *[]grant) {
 		if c.a.granted() && s.now-c.start < ttl-drift {
 			c.ok, c.end, c.phase = true, s.now, 2
 			*grants = append(*grants, grant{c.tok, c.start, c.end})
+			if s.granted == nil {
+				s.granted = map[string]token.Token{}
+			}
+			s.granted[c.id] = c.tok
 			return
 		}
 		s.giveUp(c)
@@ -225,9 +351,9 @@ func TestSimLostIntersectionWithoutClockFloorRegresses(t *testing.T) {
 			ok, c, p, h := s.acquire(i, id, 1_000_000)
 			a.acquired(i, ok, c, p, h, nil)
 		}
-		tok, ok := a.mint()
-		if !ok {
-			t.Fatalf("%s: no quorum", id)
+		tok, ok, err := a.mint()
+		if !ok || err != nil {
+			t.Fatalf("%s: no quorum (%v)", id, err)
 		}
 		for _, i := range nodes {
 			a.wroteBack(i, s.writeBack(i, id, tok), nil)
@@ -256,4 +382,68 @@ func TestSimLostIntersectionWithoutClockFloorRegresses(t *testing.T) {
 	if c := grantOn("c", 2, 3, 4); c <= b {
 		t.Fatalf("with the clock floor: token %d after %d", c, b)
 	}
+}
+
+// checkReads asserts what Sequencer.Current promises (see its doc): never
+// below a token granted before the read began (as long as at most
+// n − quorum nodes lost their counters since that grant began); when every
+// node reported a counter, never above the token of a grant holding a majority at its end,
+// exactly the holder's token when one held a majority with its token from
+// start to end, and never below an earlier such answer. With exact false
+// only the first is checked.
+func (s *sim) checkReads(t *rapid.T, exact bool) {
+	for _, r := range s.reads {
+		for _, g := range r.before {
+			if lost := s.lostSince(g.start); r.ans < g.tok && lost <= len(s.nodes)/2 {
+				t.Fatalf("read %+v answered %d, below token %d granted before it began (%d nodes restarted since)", r, r.ans, g.tok, lost)
+			}
+		}
+		if !exact || !r.all {
+			continue
+		}
+		for id := range r.heldAtEnd {
+			if tok, ok := s.granted[id]; ok && r.ans > tok {
+				t.Fatalf("read %+v answered %d, above the token %d of %s, which held a majority when it ended", r, r.ans, tok, id)
+			}
+		}
+		for id, tok := range r.visibleAt {
+			if r.visibleEnd[id] == tok && r.ans != tok {
+				t.Fatalf("read %+v answered %d while %s held a majority with token %d throughout", r, r.ans, id, tok)
+			}
+		}
+	}
+	if !exact {
+		return
+	}
+	for _, a := range s.reads {
+		if !a.all {
+			continue
+		}
+		for _, b := range s.reads {
+			if a.end < b.start && b.ans < a.ans {
+				t.Fatalf("read %+v answered %d after read %+v answered %d", b, b.ans, a, a.ans)
+			}
+		}
+	}
+}
+
+// Current's answers, decided by the same function as Sequencer.Current
+// from node reads interleaved with acquirers (whose failed attempts leave
+// tokens on minorities), keep the Sequencer's promises.
+func TestSimSequencer(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := &sim{now: 1, clockFloor: rapid.Bool().Draw(t, "floor"), nodes: make([]simNode, 5), readers: rapid.IntRange(1, 2).Draw(t, "readers")}
+		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, false))
+		s.checkReads(t, true)
+	})
+}
+
+// With nodes restarting (losing lock and counter) and the clock floor,
+// Current is still never below a token granted before it.
+func TestSimSequencerRestarts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := &sim{now: 1, clockFloor: true, nodes: make([]simNode, 5), readers: rapid.IntRange(1, 2).Draw(t, "readers")}
+		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, true))
+		s.checkReads(t, false)
+	})
 }

@@ -1,0 +1,55 @@
+package redlock
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+)
+
+// The scripts' decimal helpers, run by a real Redis, agree with Go's
+// uint64 comparison where doubles do not: around 2^53, at the 9- and
+// 10-digit split of gt, and at the ceiling.
+func TestScriptDecimals(t *testing.T) {
+	db := servers.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: db.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	var nums []uint64
+	for _, base := range []uint64{1, 9, 10, 999_999_999, 1_000_000_000, 9_999_999_999, 10_000_000_000, 1 << 53, 1_796_135_955_236_292, math.MaxInt64 - 2} {
+		for d := range uint64(5) {
+			nums = append(nums, base+d)
+		}
+	}
+	nums = append(nums, 1<<53+1<<30, 1<<53-1<<30)
+	gt := redis.NewScript(decimal + `return gt(ARGV[1], ARGV[2]) and 1 or 0`)
+	for _, a := range nums {
+		for _, b := range nums {
+			got, err := gt.Run(ctx, c, nil, strconv.FormatUint(a, 10), strconv.FormatUint(b, 10)).Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := a > b; (got == 1) != want {
+				t.Errorf("gt(%d, %d) = %d, want %v", a, b, got, want)
+			}
+		}
+	}
+	valid := redis.NewScript(decimal + `return valid(ARGV[1]) and 1 or 0`)
+	for s, want := range map[string]bool{
+		"0": true, "1": true, "9007199254740993": true, "9223372036854775807": true,
+		"9223372036854775808": false, "18446744073709551615": false, "99999999999999999999": false,
+		"": false, "01": false, "-1": false, "+1": false, "1.0": false, "1e3": false, " 1": false, "1 ": false, "abc": false,
+	} {
+		got, err := valid.Run(ctx, c, nil, s).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got == 1) != want {
+			t.Errorf("valid(%q) = %d, want %v", s, got, want)
+		}
+	}
+}
