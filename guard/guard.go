@@ -134,7 +134,8 @@ func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
 
 // Acquire blocks until the lock on key is granted or ctx ends, and returns
 // the lease with its keep-alive running. Transient errors are retried with
-// backoff until ctx ends; invalid arguments are not. When ctx already
+// backoff until ctx ends; invalid arguments and a locker whose token
+// counter reached its ceiling ([token.ErrRange]) are not. When ctx already
 // carries a lease on key from this Guard, Acquire returns a nested hold of
 // it at once (see "Re-entrancy" in the package doc).
 //
@@ -186,7 +187,9 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 			err = fmt.Errorf("granted after its local deadline had passed: %w", ErrDeadline)
 		}
 		var p permanent
-		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.As(err, &p) {
+		// A bad argument, or a token counter at its ceiling, will not mend
+		// by retrying.
+		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.Is(err, token.ErrRange) && !errors.As(err, &p) {
 			if !warned {
 				warned = true
 				g.o.Logger.Warn("fenceguard: lock service unreachable; retrying", "key", key, "err", err)

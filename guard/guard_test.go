@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -405,6 +407,33 @@ func TestAcquireDoesNotRetryBadArguments(t *testing.T) {
 	if time.Since(start) > 100*time.Millisecond {
 		t.Error("an invalid argument was retried")
 	}
+}
+
+// A locker whose counter reached its ceiling fails every acquire the same
+// way: the guard gives up at once instead of retrying until ctx ends.
+func TestAcquireDoesNotRetryExhaustedCounter(t *testing.T) {
+	var calls atomic.Int64
+	l := exhausted{calls: &calls}
+	g := newGuard(t, l, guard.Options{TTL: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	_, err := g.Acquire(testCtx(t), "k")
+	var re *token.RangeError
+	if !errors.As(err, &re) || !errors.Is(err, token.ErrRange) {
+		t.Fatalf("Acquire = %v, want the locker's RangeError", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the locker was asked %d times, want once", n)
+	}
+}
+
+type exhausted struct{ calls *atomic.Int64 }
+
+func (e exhausted) Acquire(context.Context, string, time.Duration) (locks.Lease, error) {
+	e.calls.Add(1)
+	return nil, fmt.Errorf("test locker: %w", &token.RangeError{What: "test counter", Token: math.MaxInt64, Max: math.MaxInt64})
+}
+
+func (e exhausted) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
+	return e.Acquire(ctx, key, ttl)
 }
 
 func TestTryAcquire(t *testing.T) {
