@@ -125,6 +125,7 @@ func TestForgedRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer outer.Rollback(context.Background())
 	if err := postgres.Tx(ctx, outer, "sku:1", forged, fn); !errors.Is(err, token.ErrForged) {
 		t.Fatalf("nested Tx: got %v, want ErrForged", err)
 	}
