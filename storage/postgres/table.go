@@ -75,7 +75,7 @@ type TableOptions struct {
 // The tombstones of deleted rows are named by the server instead (the key
 // column's own text form, see [Table.Delete]), which is the same text for
 // every key type tombstones accept unless the key is a string in
-// another spelling (a UUID in capitals).
+// another spelling (a UUID in capitals, "007" for an integer key).
 //
 // # Forged tokens
 //
