@@ -39,6 +39,19 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	unmarked := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", Tokens: noMarks})
+	// The same tables without the token check, for tokens the check would
+	// refuse first.
+	unchecked := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", Check: token.NoCheck(), Logger: discard})
+	uncheckedMarks, err := postgres.NewTokens(postgres.TokensOptions{Check: token.NoCheck(), Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := postgres.NewTokens(postgres.TokensOptions{ClaimWithFirstStatement: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetter := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", Logger: discard})
+	const forged = 1 << 62
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	var stock int
@@ -66,9 +79,36 @@ func TestBadInput(t *testing.T) {
 		{"Delete: zero token", func() error { return items.Delete(ctx, pool, 1, 0) }, token.ErrMissing},
 		{"Tx: zero token", func() error { return postgres.Tx(ctx, pool, "sku:1", 0, fn) }, token.ErrMissing},
 		{"Fence: zero token", func() error { return postgres.NewFence(pool).Claim(ctx, "sku:1", 0) }, token.ErrMissing},
-		// A token PostgreSQL's bigint cannot hold.
-		{"Update: token above bigint", func() error { return items.Update(ctx, pool, 1, math.MaxInt64+1, set) }, token.ErrInvalid},
-		{"Tx: token above bigint", func() error { return postgres.Tx(ctx, pool, "sku:1", math.MaxUint64, fn) }, token.ErrInvalid},
+		// A token PostgreSQL's bigint cannot hold (the default check would
+		// refuse it first, as forged).
+		{"Update: token above bigint", func() error { return unchecked.Update(ctx, pool, 1, math.MaxInt64+1, set) }, token.ErrInvalid},
+		{"Upsert: token above bigint", func() error { return unchecked.Upsert(ctx, pool, 1, math.MaxInt64+1, set) }, token.ErrRange},
+		{"Tx: token above bigint", func() error { return uncheckedMarks.Tx(ctx, pool, "sku:1", math.MaxUint64, fn) }, token.ErrInvalid},
+		{"Fence: token above bigint", func() error { return uncheckedMarks.Fence(pool).Claim(ctx, "sku:1", math.MaxUint64) }, token.ErrRange},
+		// Forged: far above the clock, refused by the default check before
+		// anything is sent.
+		{"Read: forged", func() error { return items.Read(ctx, pool, 1, forged, []string{"stock"}, &stock) }, token.ErrForged},
+		{"Update: forged", func() error { return items.Update(ctx, pool, 1, forged, set) }, token.ErrForged},
+		{"Upsert: forged, existing row", func() error { return items.Upsert(ctx, pool, 1, forged, set) }, token.ErrForged},
+		{"Upsert: forged, new row", func() error { return items.Upsert(ctx, pool, 2, forged, set) }, token.ErrForged},
+		{"Delete: forged", func() error { return items.Delete(ctx, pool, 1, forged) }, token.ErrForged},
+		{"Tx: forged", func() error { return postgres.Tx(ctx, pool, "sku:1", forged, fn) }, token.ErrForged},
+		{"Tx lazy: forged", func() error { return lazy.Tx(ctx, pool, "sku:1", forged, fn) }, token.ErrForged},
+		{"Fence: forged", func() error { return postgres.NewFence(pool).Claim(ctx, "sku:1", forged) }, token.ErrForged},
+		{"Fence: forged, new resource", func() error { return postgres.NewFence(pool).Claim(ctx, "sku:9", forged) }, token.ErrForged},
+		// Resets without a name, to zero, beyond bigint, of nothing.
+		{"Table.Reset: nil key", func() error { _, err := resetter.Reset(ctx, pool, nil, 5); return err }, postgres.ErrBadInput},
+		{"Table.Reset: to 0", func() error { _, err := resetter.Reset(ctx, pool, 1, 0); return err }, token.ErrMissing},
+		{"Table.Reset: above bigint", func() error { _, err := resetter.Reset(ctx, pool, 1, math.MaxInt64+1); return err }, token.ErrRange},
+		{"Table.Reset: nil DB", func() error { _, err := resetter.Reset(ctx, nil, 1, 5); return err }, postgres.ErrBadInput},
+		{"Table.Reset: no row, no tombstone", func() error { _, err := resetter.Reset(ctx, pool, 2, 5); return err }, postgres.ErrNoRow},
+		{"Table.Reset: no token column", func() error { _, err := nofence.Reset(ctx, pool, 1, 5); return err }, postgres.ErrSchema},
+		{"Tokens.Reset: empty resource", func() error { _, err := uncheckedMarks.Reset(ctx, pool, "", 5); return err }, token.ErrNoResource},
+		{"Tokens.Reset: to 0", func() error { _, err := uncheckedMarks.Reset(ctx, pool, "sku:1", 0); return err }, token.ErrMissing},
+		{"Tokens.Reset: above bigint", func() error { _, err := uncheckedMarks.Reset(ctx, pool, "sku:1", math.MaxInt64+1); return err }, token.ErrRange},
+		{"Tokens.Reset: nil DB", func() error { _, err := uncheckedMarks.Reset(ctx, nil, "sku:1", 5); return err }, postgres.ErrBadInput},
+		{"Fence.Reset: empty resource", func() error { _, err := uncheckedMarks.Fence(pool).Reset(ctx, "", 5); return err }, token.ErrNoResource},
+		{"Fence.Reset: no high-water table", func() error { _, err := noMarks.Fence(pool).Reset(ctx, "sku:1", 5); return err }, postgres.ErrSchema},
 		// No resource key.
 		{"Tx: empty resource", func() error { return postgres.Tx(ctx, pool, "", 7, fn) }, token.ErrNoResource},
 		{"Fence: empty resource", func() error { return postgres.NewFence(pool).Claim(ctx, "", 7) }, token.ErrNoResource},

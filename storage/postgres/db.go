@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -83,25 +82,52 @@ func wrapErr(op, object string, err error) error {
 	return fmt.Errorf("postgres: %s %s: %w", op, object, err)
 }
 
-// pgToken converts t for a bigint column, taking it from ctx when t is 0.
-func pgToken(ctx context.Context, t token.Token, what string) (token.Token, int64, error) {
+// maxToken is the largest token a bigint column holds.
+const maxToken = token.MaxInt64
+
+// resolveToken returns t, or the context's token when t is 0 (whatever
+// resource the context names: column mode's rows are not lock keys).
+func resolveToken(ctx context.Context, t token.Token) token.Token {
 	if t == 0 {
 		_, t, _ = token.FromContext(ctx)
 	}
-	if t == 0 {
-		return 0, 0, fmt.Errorf("postgres: %s: %w", what, token.ErrMissing)
+	return t
+}
+
+// admit runs [token.Admit] — the zero token and the empty resource are
+// refused, then check ([token.DefaultCheck] when nil) — and then refuses a
+// token that does not fit a bigint. It runs before any statement, so a
+// refused token sends nothing and moves nothing. A [*token.ForgedError]
+// comes back as the check returned it; anything else the check returns
+// (it could not decide) is wrapped, and refuses just the same.
+func admit(ctx context.Context, check token.Check, resource string, t token.Token) (int64, error) {
+	if err := token.CheckClaim(resource, t); err != nil {
+		return 0, fmt.Errorf("postgres: %w", err)
 	}
-	if t > math.MaxInt64 {
-		return 0, 0, fmt.Errorf("postgres: %s: token %d does not fit a PostgreSQL bigint: %w", what, t, token.ErrInvalid)
+	if err := token.Admit(ctx, check, resource, t); err != nil {
+		var fe *token.ForgedError
+		if errors.As(err, &fe) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("postgres: the token check could not admit token %d for %q: %w", t, resource, err)
 	}
-	return t, int64(t), nil
+	return bigint(resource, t)
+}
+
+// bigint converts t for a bigint column, refusing one it does not fit with
+// an error wrapping a [*token.RangeError] and [token.ErrInvalid].
+func bigint(resource string, t token.Token) (int64, error) {
+	if t > maxToken {
+		return 0, fmt.Errorf("postgres: token for %q: %w (%w)", resource, &token.RangeError{What: "PostgreSQL bigint", Token: t, Max: maxToken}, token.ErrInvalid)
+	}
+	return int64(t), nil
 }
 
 // resourceToken resolves the resource key and token of a table-mode call:
 // an empty resource is the context's; a zero token is the context's only
 // when the context carries it for this very resource, since a token means
-// nothing against another lock's key.
-func resourceToken(ctx context.Context, resource string, t token.Token) (string, token.Token, int64, error) {
+// nothing against another lock's key. It then admits them ([admit]).
+func resourceToken(ctx context.Context, check token.Check, resource string, t token.Token) (string, token.Token, int64, error) {
 	ck, ct, ok := token.FromContext(ctx)
 	if resource == "" && ok {
 		resource = ck
@@ -109,11 +135,11 @@ func resourceToken(ctx context.Context, resource string, t token.Token) (string,
 	if t == 0 && ok && ck == resource {
 		t = ct
 	}
-	if err := token.CheckClaim(resource, t); err != nil {
-		return "", 0, 0, fmt.Errorf("postgres: %w", err)
+	v, err := admit(ctx, check, resource, t)
+	if err != nil {
+		return "", 0, 0, err
 	}
-	t, v, err := pgToken(ctx, t, "claim "+resource)
-	return resource, t, v, err
+	return resource, t, v, nil
 }
 
 // checkIdentifier validates one part of an SQL name. Sanitize would drop a
@@ -143,3 +169,30 @@ func checkName(what string, id pgx.Identifier) error {
 
 // quote returns a column name quoted for SQL.
 func quote(column string) string { return pgx.Identifier{column}.Sanitize() }
+
+// isSerializationFailure reports whether err is SQLSTATE 40001: under
+// REPEATABLE READ or SERIALIZABLE, a statement that waited for a row a
+// concurrent transaction then changed (or an SSI conflict).
+func isSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40001"
+}
+
+// retriable reports whether a statement on db that failed with a
+// serialization failure may be sent again: when db is not a transaction,
+// the statement was a transaction of its own and nothing else went with
+// it. (On a *pgx.Conn inside a transaction begun with a plain "BEGIN", the
+// retry fails: the transaction is aborted.)
+func retriable(db any, err error) bool {
+	if !isSerializationFailure(err) {
+		return false
+	}
+	_, inTx := db.(pgx.Tx)
+	return !inTx
+}
+
+// maxSerializationRetries bounds the retries of a claim refused with a
+// serialization failure. Each one means a concurrent transaction on the
+// same mark committed meanwhile — progress elsewhere — so the bound only
+// guards against a loop; the context ends the retries earlier.
+const maxSerializationRetries = 100

@@ -36,6 +36,54 @@
 // [Fence] is a [token.Fence] on the same table, for the HTTP middleware.
 // [Migrate] creates the table; [Tokens] names another one.
 //
+// # Where acceptance is decided
+//
+// Every acceptance — an equal token included, one holder's second access —
+// is decided by a conditional write on the server the DB is connected to,
+// in the statement that makes the access: column mode's UPDATE … WHERE
+// fence_token <= $t (a read claims the row by writing its mark), table
+// mode's upsert … WHERE token <= $t, and the tombstones' upserts. The
+// write takes the row lock and PostgreSQL checks the condition against the
+// newest committed row version, not against the statement's snapshot;
+// "equal, so nothing to write" is never concluded from a read. Reads of
+// the mark only ever explain a refusal (the current mark of a
+// [*token.StaleError]) and are re-done with a fresh snapshot when the
+// snapshot lags the refusing commit. The read consistency relied on is
+// therefore that of writes on the primary: a connection to a hot standby
+// fails every operation with PostgreSQL's read-only error (SQLSTATE
+// 25006) instead of accepting anything, and with asynchronous replication
+// a failover can lose the last committed marks as it loses any committed
+// data (use synchronous replication where that matters).
+//
+// # Forged tokens
+//
+// A token is a number, not a credential: a client that presents 2^62
+// would become the mark and lock every honest holder out. Every operation
+// therefore first runs a [token.Check] — [TableOptions.Check] for a
+// [Table], [TokensOptions.Check] for [Tokens.Tx] and the [Fence] made from
+// the Tokens — and a refused token sends nothing, runs no fn and moves no
+// mark (neither a row's, nor a tombstone, nor a resource's). Nil is
+// [token.DefaultCheck]: the clock bound, which refuses tokens more than
+// [token.DefaultSkew] above the resource's clock in µs — it costs no round
+// trip, caps what a forger can do with the clock-floored tokens of
+// memlock, redislock and redlock to those five minutes, and bounds nothing
+// for etcd's and ZooKeeper's tokens, which need a [token.SequencerCheck].
+// [NewFence] and [Tx] use the default; [token.NoCheck] turns checking off.
+// The check's refusal comes back as it returned it, a [*token.ForgedError]
+// (errors.Is [token.ErrForged]); any other error from the check (it could
+// not decide) refuses just the same, wrapped.
+//
+// The check is asked about the resource as each mode names it: the
+// resource key for Tx and the Fence, "<table name>/<key>" for a row of a
+// Table (see "Resource names" at [Table]), the name its StaleErrors carry.
+//
+// A mark poisoned anyway (before the check was on, or with NoCheck) is set
+// back by hand, by name, without hand-written SQL: [Tokens.Reset] and
+// [Fence.Reset] ([token.Resetter]) for a resource, [Table.Reset] for a row
+// (its mark and its tombstone). Every reset is logged at Warn level
+// ([token.LogReset]) through [TableOptions.Logger] or
+// [TokensOptions.Logger], slog.Default() when nil.
+//
 // # Deleted rows
 //
 // A deleted row takes its mark with it, so a stale holder could re-create
@@ -46,31 +94,80 @@
 // d cannot be re-created with a token below d. Rows inserted by SQL of your
 // own bypass the check.
 //
+// The tombstone names the key by the key column's text form, so it stands
+// for the row only where that text names each key exactly once — equal
+// keys print alike, in every session. That holds for smallint, integer,
+// bigint, boolean, uuid, and text, varchar and char under a deterministic
+// collation (and domains over them); it does not for citext ('Alice' and
+// 'alice' are one key), numeric (1.0 and 1.00), floating point (-0 and 0),
+// the date and time types (DateStyle, TimeZone), interval, bytea
+// (bytea_output), nondeterministic collations, arrays, ranges, composites.
+// Delete and the insert path of Upsert check the key column's type and
+// collation in the catalog once per Table ([Table.Verify], which a service
+// may call at start-up) and refuse any other type with a [*SchemaError]
+// whose cause is a [*KeyTypeError], before writing anything. Read and
+// Update, which need no tombstone, work with every key type; to delete
+// rows keyed by citext, say, key the Table by a canonical column of your
+// own (a generated column lower(email) of type text, unique).
+//
+// # A frozen holder
+//
+// A fenced transaction holds its resource's row lock until it ends, and a
+// holder frozen inside it would stall every other holder for the whole
+// pause. [Tokens.Tx] bounds that: its claim sets, for the transaction
+// only, idle_in_transaction_session_timeout to [TokensOptions.HoldTimeout]
+// (15 s by default; set it to the lease's TTL), or to the time left to the
+// context's deadline when sooner, so the server ends a session idle for
+// that long, the resource is freed, and the frozen holder's COMMIT fails.
+// Inside a caller's transaction no bound is set (see [Tokens.Tx]).
+//
+// # Isolation levels
+//
+// Fencing needs no isolation above READ COMMITTED, and works under the
+// higher ones a caller may set by default: under REPEATABLE READ and
+// SERIALIZABLE a claim that waited for a committing holder fails on the
+// server with SQLSTATE 40001, and every operation retries it while
+// nothing else has run in its transaction — Tx before fn, column mode's
+// and the Fence's autocommitted statements. Inside the caller's own
+// transaction nothing can be retried, and the 40001 is returned.
+//
+// # Token range
+//
+// Marks are bigint: tokens up to [token.MaxInt64] (2^63−1) are compared
+// exactly, and a larger one is refused before anything is sent, with an
+// error wrapping a [*token.RangeError] and [token.ErrInvalid] (the default
+// check refuses it first, as forged).
+//
 // # Errors
 //
 // Callers test with [errors.Is] and [errors.As]:
 //
 //   - a stale token: [*token.StaleError] (errors.Is [token.ErrStale]),
 //     with the resource's current mark, always above the presented token;
+//   - a token the check refused: [*token.ForgedError] (errors.Is
+//     [token.ErrForged]);
 //   - no such row (column mode): [ErrNoRow];
 //   - no token (zero, and none in the context): [token.ErrMissing]; an
 //     empty resource key: [token.ErrNoResource]; a token above the bigint
-//     range: [token.ErrInvalid];
-//   - a table or column that is missing or of the wrong type, or no unique
-//     index on the key for Upsert: [*SchemaError] (errors.Is [ErrSchema]);
+//     range: [*token.RangeError] (errors.Is [token.ErrRange] and
+//     [token.ErrInvalid]);
+//   - a table or column that is missing or of the wrong type, no unique
+//     index on the key for Upsert, or a key type tombstones cannot name
+//     ([*KeyTypeError]): [*SchemaError] (errors.Is [ErrSchema]);
 //   - other unusable arguments: [ErrBadInput]; unusable options:
 //     [ErrBadOptions];
 //   - a cancelled context: an error wrapping the context's error.
 //
 // A call that returns any of these wrote nothing (but see [Table.Delete]
 // and [Table.Upsert] for the tombstone a refusal may leave after a race).
-// Other errors come from pgx (connection lost, server errors); as with any
-// database call, a failure during COMMIT leaves its outcome unknown.
+// Other errors come from pgx (connection lost, server errors — a hot
+// standby's read-only error among them); as with any database call, a
+// failure during COMMIT leaves its outcome unknown.
 //
 // # Concurrency
 //
-// [Table], [Tokens] and [Fence] are immutable after construction and safe
-// for concurrent use, provided the [DB] they are given is (a pool is; a
+// [Table], [Tokens] and [Fence] are immutable after construction (a Table
+// remembers only a successful [Table.Verify]) and safe for concurrent use, provided the [DB] they are given is (a pool is; a
 // single connection or transaction is not). Nothing here starts a
 // goroutine or needs closing.
 //

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,8 +18,9 @@ import (
 // The examples below need a server; they compile but do not run.
 var (
 	ctx  = context.Background()
-	pool *pgxpool.Pool // pgxpool.New(ctx, "postgres://…")
-	tok  token.Token   // from the lock: lease.Token()
+	pool *pgxpool.Pool   // pgxpool.New(ctx, "postgres://…")
+	tok  token.Token     // from the lock: lease.Token()
+	seq  token.Sequencer // from the locker: e.g. etcdlock.NewSequencer(kv, prefix)
 )
 
 // A service creates the high-water table at start-up; every instance may do
@@ -147,4 +150,83 @@ func ExampleNewTable() {
 	_, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}})
 	fmt.Println(err)
 	// Output: postgres: bad options: empty key column
+}
+
+// Guard against forged tokens with the lock service's word as well as the
+// clock: the cheap clock bound first, then the sequencer check, which asks
+// the lock which token its current holder has. Rows of the items table
+// are guarded by the locks "sku:<id>".
+func ExampleTableOptions_check() {
+	check := token.All(token.DefaultCheck(), token.SequencerCheck(seq, token.SequencerOptions{
+		LockKey: func(resource string) string { return "sku:" + strings.TrimPrefix(resource, "items/") },
+	}))
+	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", Check: check})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = items.Update(ctx, pool, 42, tok, postgres.Set("stock", 0))
+	if errors.Is(err, token.ErrForged) {
+		fmt.Println("refused: the lock never granted", tok)
+	}
+}
+
+// Table mode with the sequencer check, and the hold bound at the lease's
+// TTL, so that a holder frozen inside its transaction frees the resource
+// when its lease would have ended.
+func ExampleTokensOptions() {
+	marks, err := postgres.NewTokens(postgres.TokensOptions{
+		Check:       token.All(token.DefaultCheck(), token.SequencerCheck(seq, token.SequencerOptions{})),
+		HoldTimeout: 10 * time.Second, // the lease's TTL
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = marks.Tx(ctx, pool, "sku:42", tok, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE items SET stock = stock - 1 WHERE sku = $1`, "A-42")
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// An operator sets a row poisoned by a forged token back to the lock's
+// current token, by name; the reset is logged at Warn level.
+func ExampleTable_Reset() {
+	items, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
+	current, err := seq.Current(ctx, "sku:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	prev, err := items.Reset(ctx, pool, 42, current)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("items/42: mark %d reset to %d\n", prev, current)
+}
+
+// The same for a resource of the high-water table, through the Fence the
+// HTTP middleware uses.
+func ExampleFence_Reset() {
+	fence := postgres.NewFence(pool)
+	current, err := seq.Current(ctx, "orders/17")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := fence.Reset(ctx, "orders/17", current); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// At start-up, fail early if a table's key cannot carry tombstones.
+func ExampleTable_Verify() {
+	users, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"users"}, Key: "email"})
+	err := users.Verify(ctx, pool)
+	var kte *postgres.KeyTypeError
+	if errors.As(err, &kte) {
+		log.Fatalf("users cannot be deleted under fencing: %v", kte) // e.g. a citext key
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
 }

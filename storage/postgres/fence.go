@@ -16,6 +16,16 @@ import (
 // Marks are never deleted by this package: a deleted mark would let a
 // stale holder in. Each distinct resource costs one row.
 //
+// Each claim first runs the Tokens' check ([TokensOptions.Check];
+// [token.DefaultCheck], the clock bound, for [NewFence]): a token it
+// refuses is returned as its [*token.ForgedError] and sends nothing.
+// [Fence.Reset] sets a poisoned mark back by hand.
+//
+// Acceptance, an equal token included, is decided by the upsert's
+// conditional write on the server the DB is connected to, never by a read:
+// on a hot standby every claim fails (read-only transaction) rather than
+// being accepted. Give the Fence a connection to the primary.
+//
 // A Fence is safe for concurrent use if its DB is (a pool is; a single
 // [pgx.Conn] is not).
 type Fence struct {
@@ -23,13 +33,18 @@ type Fence struct {
 	tokens *Tokens
 }
 
-var _ token.Fence = (*Fence)(nil)
+var (
+	_ token.Fence    = (*Fence)(nil)
+	_ token.Resetter = (*Fence)(nil)
+)
 
 // NewFence returns a Fence on the default high-water table (fence_tokens on
-// the search_path). See [Tokens.Fence] for another table.
+// the search_path), with the default check. See [Tokens.Fence] for another
+// table or another check.
 func NewFence(db DB) *Fence { return defaultTokens.Fence(db) }
 
-// Fence returns a [Fence] keeping its marks in k, on db.
+// Fence returns a [Fence] keeping its marks in k, on db, and running k's
+// check.
 func (k *Tokens) Fence(db DB) *Fence { return &Fence{db: db, tokens: k} }
 
 // Claim implements [token.Fence]: it advances resource's mark to t unless
@@ -40,15 +55,15 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 	if err := token.CheckClaim(resource, t); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	_, v, err := pgToken(ctx, t, "claim "+resource)
-	if err != nil {
-		return err
-	}
 	if f.db == nil {
 		return fmt.Errorf("%w: nil DB", ErrBadInput)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: claim %s: %w", resource, err)
+	}
+	v, err := admit(ctx, f.tokens.check, resource, t)
+	if err != nil {
+		return err
 	}
 	return f.tokens.claim(ctx, f.db, resource, t, v)
 }

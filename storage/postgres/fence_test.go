@@ -12,9 +12,13 @@ import (
 )
 
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		pool, _ := setup(t)
-		f := postgres.NewFence(pool)
+		marks, err := postgres.NewTokens(postgres.TokensOptions{Check: check, Logger: discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := marks.Fence(pool)
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater, MaxToken: math.MaxInt64} // bigint
 	})
 }

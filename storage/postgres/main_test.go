@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,15 @@ import (
 	"github.com/fenceguard/fenceguard/storage/postgres"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(holdChildEnv) != "" { // a frozen holder of TestTxFrozenHolder
+		os.Exit(holdChild())
+	}
+	servers.Main(m)
+}
+
+// discard is a logger for tests that do not look at the audit records.
+var discard = slog.New(slog.DiscardHandler)
 
 // ctxFor returns a context that ends with the test or after d.
 func ctxFor(t testing.TB, d time.Duration) context.Context {

@@ -6,19 +6,40 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
-	"text/template"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // migrations are the schema changes of the high-water table, applied in
 // file name order. Each is idempotent on its own (IF NOT EXISTS), so
-// Migrate simply runs them all. {{.Tokens}} is the table's sanitized name.
+// Migrate simply runs them all. tokensPlaceholder stands for the table's
+// sanitized name: plain substitution, not text/template, whose reflection
+// would keep the linker from dropping unused methods in every program
+// that imports this package.
 //
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-var migrationTemplates = template.Must(template.ParseFS(migrations, "migrations/*.sql"))
+// tokensPlaceholder is replaced by the high-water table's sanitized name.
+const tokensPlaceholder = "{{.Tokens}}"
+
+// migrationSQL returns the file names and statements of every migration,
+// in order, for the table named table (sanitized).
+func migrationSQL(table string) (names, stmts []string, err error) {
+	names, err = fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return nil, nil, err
+	}
+	stmts = make([]string, len(names))
+	for i, name := range names { // fs.Glob sorts
+		b, err := migrations.ReadFile(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		stmts[i] = strings.ReplaceAll(string(b), tokensPlaceholder, table)
+	}
+	return names, stmts, nil
+}
 
 // migrateLock is the key of the transaction-level advisory lock that
 // serializes Migrate across processes ("fencegrd" in ASCII).
@@ -63,18 +84,13 @@ func (k *Tokens) Migrate(ctx context.Context, db DB) error {
 			}
 		}
 	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	names, stmts, err := migrationSQL(k.table)
 	if err != nil {
-		return err
+		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
 	}
-	for _, name := range names { // fs.Glob sorts
-		var sql strings.Builder
-		data := struct{ Tokens string }{k.table}
-		if err := migrationTemplates.ExecuteTemplate(&sql, strings.TrimPrefix(name, "migrations/"), data); err != nil {
-			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, name, err)
-		}
-		if _, err := tx.Exec(ctx, sql.String()); err != nil {
-			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, name, err)
+	for i, sql := range stmts {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, names[i], err)
 		}
 	}
 	committed = true

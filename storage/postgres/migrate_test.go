@@ -2,6 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	osexec "os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,5 +74,28 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The package must never import text/template (nor html/template): a
+// program that links it loses the linker's dead-method elimination, since
+// the template engine can call any exported method by name.
+func TestNoTemplateImport(t *testing.T) {
+	goBin, err := osexec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := osexec.Command(goBin, "list", "-deps", "github.com/fenceguard/fenceguard/storage/postgres").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 || !slices.Contains(deps, "github.com/jackc/pgx/v5") {
+		t.Fatalf("go list -deps listed %d packages, without pgx: %q", len(deps), out)
+	}
+	for _, bad := range []string{"text/template", "html/template"} {
+		if slices.Contains(deps, bad) {
+			t.Errorf("storage/postgres depends on %s", bad)
+		}
 	}
 }

@@ -2,11 +2,15 @@ package postgres
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,6 +36,16 @@ type TableOptions struct {
 	// Tokens is the high-water table that keeps the marks of deleted rows.
 	// Default: fence_tokens on the search_path.
 	Tokens *Tokens
+
+	// Check runs before every operation, with the row's resource name
+	// "<Name>/<key>" (see "Resource names" at [Table]) and the token; a
+	// refused token sends nothing. Nil is [token.DefaultCheck], the clock
+	// bound; [token.NoCheck] turns checking off.
+	Check token.Check
+
+	// Logger receives the audit record of every [Table.Reset]. Nil is
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Table is a table guarded in column mode: each row carries its own
@@ -48,6 +62,28 @@ type TableOptions struct {
 // context names: a row is not a lock key). Column names are quoted identifiers and values are
 // query parameters, never SQL text.
 //
+// # Resource names
+//
+// A row's resource name is "<table name>/<key>": the Name as configured,
+// its parts joined by ".", a slash, and the key as Go formats it — a string
+// as is, an integer in decimal, a [16]byte as a UUID, a [driver.Valuer]
+// (pgtype values) by its value, anything else with fmt.Sprint. It is
+// computed without a round trip, and it is the name both the
+// [TableOptions.Check] is asked about and every [*token.StaleError]
+// carries: a check that maps resources to lock keys (a
+// [token.SequencerCheck]'s LockKey) sees "items/42" for Update(…, 42, …).
+// The tombstones of deleted rows are named by the server instead (the key
+// column's own text form, see [Table.Delete]), which is the same text for
+// every key type tombstones accept unless the key is a string in
+// another spelling (a UUID in capitals, "007" for an integer key).
+//
+// # Forged tokens
+//
+// Every operation runs the [TableOptions.Check] before it sends anything
+// ([token.DefaultCheck] unless set): a token the check refuses comes back
+// as its [*token.ForgedError] and moves no mark, neither the row's nor a
+// tombstone. [Table.Reset] sets a poisoned mark back.
+//
 // A Table is safe for concurrent use. Statement texts are built once per
 // table and shape (operation and column list), so pgx's statement cache
 // serves every later call.
@@ -59,10 +95,16 @@ type Table struct {
 	rawKey string // as configured, to refuse assignments to it
 	rawTok string
 	tokens *Tokens
+	check  token.Check  // nil: token.DefaultCheck
+	logger *slog.Logger // nil: slog.Default()
 
 	currentSQL string // $1 key → the row's token
 	deleteSQL  string
-	marksSQL   string // $1 key, $2 tombstone prefix → (row token, tombstone token, key text)
+	marksSQL   string // $1 key, $2 tombstone prefix → (row token, tombstone token)
+
+	// verified is set once the key column was found fit for tombstones
+	// (see Verify); refusals are not remembered.
+	verified atomic.Bool
 
 	mu     sync.Mutex
 	shapes map[shapeKey]string // guarded by mu: statement texts
@@ -103,11 +145,13 @@ func NewTable(o TableOptions) (*Table, error) {
 		rawKey: o.Key,
 		rawTok: o.Token,
 		tokens: o.Tokens,
+		check:  o.Check,
+		logger: o.Logger,
 		shapes: map[shapeKey]string{},
 	}
-	tb.currentSQL = `SELECT ` + tb.tok + `, ` + tb.key + `::text FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
+	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
- (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text), $1::text`
+ (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text)`
 	// The tombstone's upsert locks the high-water table's row for this key
 	// before the row itself is locked (the join needs its output before
 	// DELETE sees a row), the order the insert path of Upsert uses too.
@@ -119,7 +163,7 @@ fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, upda
  ON CONFLICT (resource) DO UPDATE SET token = greatest(m.token, excluded.token), updated_at = excluded.updated_at
  RETURNING true),
 fenceguard_d AS (DELETE FROM ` + tb.tbl + ` r USING fenceguard_t WHERE r.` + tb.key + ` = $2 AND r.` + tb.tok + ` <= $1::bigint RETURNING true)
-SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), $2::text, EXISTS (SELECT FROM fenceguard_d)`
+SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fenceguard_d)`
 	return tb, nil
 }
 
@@ -146,7 +190,7 @@ func Set(column string, value any) Assignment { return Assignment{column, value}
 // row lock until the statement's transaction ends. If a destination cannot
 // hold its column, Read returns pgx's scan error after the claim was made.
 func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, columns []string, dest ...any) error {
-	t, v, err := tb.check(ctx, db, "read", key, t)
+	resource, err := tb.args(db, "read", key)
 	if err != nil {
 		return err
 	}
@@ -158,8 +202,12 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 			return err
 		}
 	}
+	t, v, err := tb.admit(ctx, "read", resource, t)
+	if err != nil {
+		return err
+	}
 	sql := tb.shape('r', columns, func() string { return tb.updateSQL(nil, columns) })
-	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, t, dest)
+	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, resource, t, dest)
 	if err == nil && !found {
 		err = tb.noRow("read", key)
 	}
@@ -170,7 +218,7 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 // mark, and advances the mark to t, in one statement. A refused Update
 // changes nothing.
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
-	t, v, err := tb.check(ctx, db, "update", key, t)
+	resource, err := tb.args(db, "update", key)
 	if err != nil {
 		return err
 	}
@@ -181,8 +229,12 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
+	t, v, err := tb.admit(ctx, "update", resource, t)
+	if err != nil {
+		return err
+	}
 	sql := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
-	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), t, nil)
+	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil)
 	if err == nil && !found {
 		err = tb.noRow("update", key)
 	}
@@ -200,8 +252,13 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 // so each key ever inserted through Upsert costs a row there. An insert
 // path refused because a row with a higher mark appeared meanwhile may
 // have recorded t in the tombstone (harmless, as for Delete).
+//
+// Like Delete, the insert path needs a key column whose text form names
+// each key once ([Table.Verify]); with any other key type it returns a
+// [*SchemaError] and inserts nothing. Updates of existing rows work with
+// every key type.
 func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
-	t, v, err := tb.check(ctx, db, "upsert", key, t)
+	resource, err := tb.args(db, "upsert", key)
 	if err != nil {
 		return err
 	}
@@ -209,18 +266,30 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
+	t, v, err := tb.admit(ctx, "upsert", resource, t)
+	if err != nil {
+		return err
+	}
 	upd := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
 	ins := tb.shape('i', cols, func() string { return tb.insertSQL(cols) })
 	updArgs := append([]any{v, key}, vals...)
 	insArgs := append([]any{v, key, tb.name + "/"}, vals...)
-	for range maxAttempts {
+	for attempts, retries := 0, 0; ; {
 		// The common case, an existing row, needs no tombstone.
-		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, t, nil)
+		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, resource, t, nil)
 		if found || err != nil {
 			return err
 		}
+		if err := tb.Verify(ctx, db); err != nil {
+			return err
+		}
 		var done bool
-		if err := db.QueryRow(ctx, ins, insArgs...).Scan(&done); err != nil {
+		err = db.QueryRow(ctx, ins, insArgs...).Scan(&done)
+		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
+			retries++
+			continue
+		}
+		if err != nil {
 			return wrapErr("upsert into", tb.name, err)
 		}
 		if done {
@@ -229,24 +298,34 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 		// Refused by the tombstone or by a row inserted meanwhile; a fresh
 		// read says by how much.
 		var row, tomb *int64
-		var keyText string
-		if err := db.QueryRow(ctx, tb.marksSQL, key, tb.name+"/").Scan(&row, &tomb, &keyText); err != nil {
+		if err := db.QueryRow(ctx, tb.marksSQL, key, tb.name+"/").Scan(&row, &tomb); err != nil {
 			return wrapErr("upsert into", tb.name, err)
 		}
-		cur := token.Token(max(deref(row), deref(tomb)))
-		if cur > t {
-			return &token.StaleError{Resource: tb.name + "/" + keyText, Presented: t, Current: cur}
+		if cur := token.Token(max(deref(row), deref(tomb))); cur > t {
+			return &token.StaleError{Resource: resource, Presented: t, Current: cur}
+		}
+		if attempts++; attempts >= maxAttempts {
+			return tb.unstable("upsert", key)
 		}
 	}
-	return tb.unstable("upsert", key)
 }
 
 // Delete deletes the row with key if t is not lower than its mark. The
 // mark does not go with the row: Delete records t as the key's tombstone
-// in the high-water table (resource "<table name>/<key as text>"), in the
-// same statement, and [Table.Upsert] refuses to re-create the row for a
-// lower token. Statements of your own that insert rows bypass that check;
-// create rows that may have been deleted through Upsert.
+// in the high-water table (resource "<table name>/<key as text>", the key
+// column's own text form), in the same statement, and [Table.Upsert]
+// refuses to re-create the row for a lower token. Statements of your own
+// that insert rows bypass that check; create rows that may have been
+// deleted through Upsert.
+//
+// The tombstone names the key by its text, so it stands for exactly the
+// keys that print that way: Delete needs a key column whose text form
+// names each value of the column's equality once, whatever the session's
+// settings ([Table.Verify] says which types). With a key type that is not
+// — citext, numeric, floating point, dates and times, bytea, a
+// nondeterministic collation, … — it returns a [*SchemaError] and deletes
+// nothing: the row could otherwise be re-created under an older token in
+// another spelling ("Alice" for "alice", 1.00 for 1.0).
 //
 // A Delete refused because the row changed under it (a higher mark, or a
 // delete by someone else) may have recorded t in the tombstone anyway.
@@ -254,33 +333,84 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 // began, and a tombstone is consulted only while its row does not exist
 // (a successful Delete raises it to the deleting token).
 func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) error {
-	t, v, err := tb.check(ctx, db, "delete", key, t)
+	resource, err := tb.args(db, "delete", key)
 	if err != nil {
 		return err
 	}
-	found, err := tb.fenced(ctx, db, "delete from", tb.deleteSQL, []any{v, key, tb.name + "/"}, t)
+	t, v, err := tb.admit(ctx, "delete", resource, t)
+	if err != nil {
+		return err
+	}
+	if err := tb.Verify(ctx, db); err != nil {
+		return err
+	}
+	found, err := tb.fenced(ctx, db, "delete from", tb.deleteSQL, []any{v, key, tb.name + "/"}, resource, t)
 	if err == nil && !found {
 		err = tb.noRow("delete", key)
 	}
 	return err
 }
 
-// check validates what every operation gets and resolves the token.
-func (tb *Table) check(ctx context.Context, db DB, op string, key any, t token.Token) (token.Token, int64, error) {
-	t, v, err := pgToken(ctx, t, op+" "+tb.name)
+// args validates what every operation gets and returns the row's resource
+// name.
+func (tb *Table) args(db DB, op string, key any) (string, error) {
+	if db == nil {
+		return "", fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	k, err := keyText(key)
 	if err != nil {
-		return 0, 0, err
+		return "", fmt.Errorf("%w: %s %s: %v", ErrBadInput, op, tb.name, err)
 	}
-	switch {
-	case db == nil:
-		return 0, 0, fmt.Errorf("%w: nil DB", ErrBadInput)
-	case key == nil:
-		return 0, 0, fmt.Errorf("%w: %s %s: nil key", ErrBadInput, op, tb.name)
-	}
+	return tb.name + "/" + k, nil
+}
+
+// admit resolves the token (the context's when t is 0) and admits it for
+// resource: the check, the bigint range, the context. Nothing has been
+// sent yet.
+func (tb *Table) admit(ctx context.Context, op, resource string, t token.Token) (token.Token, int64, error) {
+	t = resolveToken(ctx, t)
 	if err := ctx.Err(); err != nil {
 		return 0, 0, fmt.Errorf("postgres: %s %s: %w", op, tb.name, err)
 	}
+	v, err := admit(ctx, tb.check, resource, t)
+	if err != nil {
+		return 0, 0, err
+	}
 	return t, v, nil
+}
+
+// keyText is the key as it appears in a row's resource name.
+func keyText(key any) (string, error) {
+	for range 8 { // pointers and Valuers around the value
+		if key == nil {
+			return "", errors.New("nil key")
+		}
+		rv := reflect.ValueOf(key)
+		if rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "", errors.New("nil key")
+		}
+		if v, ok := key.(driver.Valuer); ok {
+			val, err := v.Value()
+			if err != nil {
+				return "", fmt.Errorf("key %T: %v", key, err)
+			}
+			key = val
+			continue
+		}
+		if rv.Kind() != reflect.Pointer {
+			break
+		}
+		key = rv.Elem().Interface()
+	}
+	switch k := key.(type) {
+	case string:
+		return k, nil
+	case []byte:
+		return string(k), nil
+	case [16]byte:
+		return fmt.Sprintf("%x-%x-%x-%x-%x", k[0:4], k[4:6], k[6:8], k[8:10], k[10:16]), nil
+	}
+	return fmt.Sprint(key), nil
 }
 
 func checkColumn(c string) error {
@@ -370,20 +500,26 @@ func (tb *Table) updateSQL(set, returning []string) string {
 // row. When the statement matched nothing, a second statement reads the row
 // with a fresh snapshot: no row is no row, a higher mark is stale, and
 // otherwise — the row was deleted and re-created lower, or its mark
-// lowered, in between — the statement runs again.
-func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, t token.Token, dest []any) (found bool, err error) {
+// lowered, in between — the statement runs again. So does a statement
+// refused with a serialization failure (REPEATABLE READ or SERIALIZABLE
+// by default on the session) when db is not a transaction: it was a
+// transaction of its own.
+func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token, dest []any) (found bool, err error) {
 	scan := append([]any{new(bool)}, dest...)
-	for range maxAttempts {
+	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		err := db.QueryRow(ctx, sql, args...).Scan(scan...)
 		if err == nil {
 			return true, nil
+		}
+		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
+			retries++
+			continue
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return true, wrapErr(op, tb.name, err)
 		}
 		var cur int64
-		var keyText string
-		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur, &keyText)
+		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -391,8 +527,9 @@ func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, t
 			return true, wrapErr(op, tb.name, err)
 		}
 		if token.Token(cur) > t {
-			return true, &token.StaleError{Resource: tb.name + "/" + keyText, Presented: t, Current: token.Token(cur)}
+			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
 		}
+		attempts++
 	}
 	return true, tb.unstable(op, args[1])
 }
@@ -423,9 +560,8 @@ SELECT EXISTS (SELECT FROM fenceguard_i)`
 }
 
 // fenced runs Delete's statement, whose first two arguments are the token
-// and the key, and which answers in one row: whether it deleted, and if
-// not, the row's mark (nil: no such row) and the key as text. found is
-// false when there is no such row.
+// and the key, and which answers in one row: the row's mark (nil: no such
+// row) and whether it deleted. found is false when there is no such row.
 //
 // Under READ COMMITTED the write and the snapshot read can disagree: the
 // write was refused by a row version committed after the snapshot (a
@@ -433,15 +569,20 @@ SELECT EXISTS (SELECT FROM fenceguard_i)`
 // never report a mark at or below the presented token, so then a second
 // statement, with a fresh snapshot, reads the row again: a higher mark is
 // stale, no row is no row, and otherwise (the row was deleted and
-// re-created lower in between) the statement runs again.
-func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, t token.Token) (found bool, err error) {
-	for range maxAttempts {
+// re-created lower in between) the statement runs again. A serialization
+// failure is retried as in [Table.claim].
+func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token) (found bool, err error) {
+	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		var (
-			mark    *int64  // the row's mark as of the snapshot; nil: no such row
-			key     *string // NULL when the delete happened
+			mark    *int64 // the row's mark as of the snapshot; nil: no such row
 			claimed *bool
 		)
-		if err := db.QueryRow(ctx, sql, args...).Scan(&mark, &key, &claimed); err != nil {
+		err := db.QueryRow(ctx, sql, args...).Scan(&mark, &claimed)
+		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
+			retries++
+			continue
+		}
+		if err != nil {
 			return true, wrapErr(op, tb.name, err)
 		}
 		switch {
@@ -450,16 +591,11 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 		case mark == nil:
 			return false, nil
 		}
-		resource := tb.name + "/"
-		if key != nil {
-			resource += *key
-		}
 		if token.Token(*mark) > t {
 			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*mark)}
 		}
 		var cur int64
-		var keyText string
-		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur, &keyText)
+		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -469,6 +605,7 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 		if token.Token(cur) > t {
 			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
 		}
+		attempts++
 	}
 	return true, tb.unstable(op, args[1])
 }

@@ -248,8 +248,14 @@ type write struct {
 // and returns it.
 func runWriters(t *testing.T, writeFn func(ctx context.Context, tok token.Token, note string, rmw bool) error, pool *pgxpool.Pool, histSQL string) []write {
 	t.Helper()
+	return runWritersN(t, 16, 40, writeFn, pool, histSQL)
+}
+
+// runWritersN is runWriters with writers goroutines of perWriter writes
+// each.
+func runWritersN(t *testing.T, writers, perWriter int, writeFn func(ctx context.Context, tok token.Token, note string, rmw bool) error, pool *pgxpool.Pool, histSQL string) []write {
+	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
-	const writers, perWriter = 16, 40
 	var (
 		clock    atomic.Int64
 		mu       sync.Mutex

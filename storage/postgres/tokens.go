@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,7 +27,36 @@ type TokensOptions struct {
 	// returned (see "Round trips" at [Tokens.Tx]). Default false: claim,
 	// then run fn.
 	ClaimWithFirstStatement bool
+
+	// Check runs before every claim of [Tokens.Tx] and of the [Fence] made
+	// from these Tokens, with the resource and the token; a refused token
+	// sends nothing. Nil is [token.DefaultCheck], the clock bound;
+	// [token.NoCheck] turns checking off.
+	Check token.Check
+
+	// Logger receives the audit record of every [Tokens.Reset] (and
+	// [Fence.Reset]). Nil is slog.Default().
+	Logger *slog.Logger
+
+	// HoldTimeout bounds how long a transaction of [Tokens.Tx] may sit
+	// idle while it holds a claim: the server ends the session of a holder
+	// that sends nothing for that long — frozen, paused, partitioned —
+	// which rolls its transaction back and frees the resource for the next
+	// holder, and the frozen holder's COMMIT then fails. Set it to the
+	// lease's TTL. When the context has a deadline sooner than that, the
+	// deadline is the bound. Zero is [DefaultHoldTimeout]; negative leaves
+	// the session's idle_in_transaction_session_timeout alone. See "A
+	// frozen holder" at [Tokens.Tx].
+	HoldTimeout time.Duration
 }
+
+// DefaultHoldTimeout is the [TokensOptions.HoldTimeout] of a zero option:
+// the TTL of guard's leases by default.
+const DefaultHoldTimeout = 15 * time.Second
+
+// maxHoldTimeout is the largest idle_in_transaction_session_timeout
+// PostgreSQL takes: INT_MAX milliseconds, almost 25 days.
+const maxHoldTimeout = (1<<31 - 1) * time.Millisecond
 
 // Tokens is the high-water table, fence_tokens(resource text primary key,
 // token bigint, updated_at timestamptz): one row per resource key, holding
@@ -39,10 +70,17 @@ type Tokens struct {
 	table  string // sanitized
 	schema string // as configured; "" for the search_path
 	lazy   bool   // ClaimWithFirstStatement
+	check  token.Check
+	logger *slog.Logger
+	hold   time.Duration // <0: no bound
 
 	claimSQL       string // $1 resource, $2 token → (claimed, snapshot high-water)
-	claimOrFailSQL string // the same, but an error when refused
+	txClaimSQL     string // the same, $3 the hold bound in ms (0: none) → (claimed, snapshot high-water, the setting)
+	claimOrFailSQL string // $1 resource, $2 token, $3 the hold bound → claimed, or an error when refused
 	highWaterSQL   string // $1 resource → token
+	lockSQL        string // $1 resource → token, the row locked
+	insertSQL      string // $1 resource, $2 token → inserted, unless the row exists
+	setSQL         string // $1 resource, $2 token: sets the mark
 }
 
 // staleMarker is in the message of the error claimOrFailSQL raises.
@@ -74,8 +112,17 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	if err := checkName("tokens table name", o.Name); err != nil {
 		return nil, err
 	}
+	switch {
+	case o.HoldTimeout == 0:
+		o.HoldTimeout = DefaultHoldTimeout
+	case o.HoldTimeout < 0:
+		o.HoldTimeout = -1
+	case o.HoldTimeout > maxHoldTimeout:
+		return nil, fmt.Errorf("%w: HoldTimeout %v is above PostgreSQL's maximum %v", ErrBadOptions, o.HoldTimeout, maxHoldTimeout)
+	}
 	tbl := o.Name.Sanitize()
-	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, lazy: o.ClaimWithFirstStatement}
+	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, lazy: o.ClaimWithFirstStatement,
+		check: o.Check, logger: o.Logger, hold: o.HoldTimeout}
 	if len(o.Name) == 2 {
 		k.schema = o.Name[0]
 	}
@@ -88,6 +135,10 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
 SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenceguard_c) THEN (SELECT token FROM ` + tbl + ` WHERE resource = $1) END`
+	// Tx's claim also sets the hold bound for the rest of the transaction
+	// (set_config(…, true) is SET LOCAL), in the same statement: no round
+	// trip, no statement of its own.
+	k.txClaimSQL = k.claimSQL + `, ` + holdSQL
 	// PL/pgSQL could RAISE; plain SQL needs no function in the schema. The
 	// failing cast is inside a sub-select so that the planner cannot fold
 	// it to an error while planning: it runs only when the claim is
@@ -95,9 +146,43 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
 	k.claimOrFailSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) VALUES ($1, $2::bigint, now())
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
-SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed`
+SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL
 	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1`
+	k.lockSQL = k.highWaterSQL + ` FOR UPDATE`
+	k.insertSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES ($1, $2::bigint, now()) ON CONFLICT (resource) DO NOTHING RETURNING true`
+	k.setSQL = `UPDATE ` + tbl + ` SET token = $2::bigint, updated_at = now() WHERE resource = $1`
 	return k, nil
+}
+
+// holdSQL sets idle_in_transaction_session_timeout, for the rest of the
+// transaction, to $3 milliseconds — unless $3 is 0, or the session's own
+// setting is already a bound at or below it (a DBA's tighter setting
+// wins). current_setting reports the value with a unit ("5s", "1min"),
+// which the interval cast reads.
+const holdSQL = `set_config('idle_in_transaction_session_timeout', CASE
+ WHEN $3::bigint <= 0 OR current_setting('idle_in_transaction_session_timeout')::interval
+  BETWEEN interval '1 millisecond' AND $3::bigint * interval '1 millisecond'
+ THEN current_setting('idle_in_transaction_session_timeout') ELSE $3::bigint::text END, true)`
+
+// holdMillis is the hold bound for a transaction begun now under ctx, in
+// milliseconds: the HoldTimeout, or the time left to ctx's deadline when
+// that is sooner; 0 for no bound.
+func (k *Tokens) holdMillis(ctx context.Context) int64 {
+	dl, ok := ctx.Deadline()
+	return k.holdUntil(dl, ok)
+}
+
+// holdUntil is holdMillis for a transaction whose context has the deadline
+// dl (if ok).
+func (k *Tokens) holdUntil(dl time.Time, ok bool) int64 {
+	if k.hold < 0 {
+		return 0
+	}
+	d := k.hold
+	if ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(1, d.Milliseconds())
 }
 
 // String returns the table's name as configured, e.g. "fence_tokens".
@@ -135,19 +220,36 @@ func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (tok
 const maxAttempts = 4
 
 // claim advances resource's mark to t on q, or tells why not. One round
-// trip unless refused.
+// trip unless refused. A serialization failure (REPEATABLE READ or
+// SERIALIZABLE by default on the session) is retried when q is not a
+// transaction: the statement was a transaction of its own.
 func (k *Tokens) claim(ctx context.Context, q querier, resource string, t token.Token, v int64) error {
-	for range maxAttempts {
+	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		var claimed bool
 		var snap *int64
 		if err := q.QueryRow(ctx, k.claimSQL, resource, v).Scan(&claimed, &snap); err != nil {
-			return wrapErr("claim "+resource+" in", k.name, err)
+			if retriable(q, err) && retries < maxSerializationRetries && ctx.Err() == nil {
+				retries++
+				continue
+			}
+			return k.claimErr(q, resource, err)
 		}
 		if done, err := k.refused(ctx, q, resource, t, claimed, snap); done {
 			return err
 		}
+		attempts++
 	}
 	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
+}
+
+// claimErr wraps the error of a claim on q. A serialization failure inside
+// the caller's transaction gets a message of its own: the claim cannot be
+// retried there, only that whole transaction can.
+func (k *Tokens) claimErr(q any, resource string, err error) error {
+	if _, nested := q.(pgx.Tx); nested && isSerializationFailure(err) {
+		return fmt.Errorf("postgres: claim %s in %s: serialization failure under the isolation level of the caller's transaction, which only a retry of that whole transaction can get past: %w", resource, k.name, err)
+	}
+	return wrapErr("claim "+resource+" in", k.name, err)
 }
 
 // refused interprets a claim's result. done is false when the claim must be

@@ -29,8 +29,12 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 // fn. The row stays locked until the transaction ends, so fenced
 // transactions on one resource run one at a time, and everything fn does —
 // reads, writes, any SQL — happens under the claim: a holder with a lower
-// token is refused, one with a higher token waits for this commit.
+// token is refused, one with a higher token waits for this commit (at most
+// for the hold bound, see "A frozen holder").
 //
+//   - Forged (the [TokensOptions.Check] refuses t, by default a token far
+//     above the clock): nothing is sent, fn does not run, and Tx returns
+//     the check's [*token.ForgedError].
 //   - Stale (a higher token was accepted): none of fn's statements runs, the
 //     transaction is rolled back, and Tx returns a [*token.StaleError] with
 //     the current mark, whatever fn returned.
@@ -60,23 +64,62 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 // sent along; the other methods of the [pgx.Tx], and fn returning without
 // a statement, send the claim on its own first.
 //
+// # A frozen holder
+//
+// The claim's row lock is held until the transaction ends, and a lock
+// service's lease does not end a database transaction: a holder frozen
+// inside fn (a stop-the-world pause, SIGSTOP, a VM migration) would keep
+// every other holder of the resource waiting for as long as it is frozen,
+// long after its lease ran out. So the claim also sets, for the rest of
+// the transaction only (SET LOCAL, in the claim's own statement: no round
+// trip), idle_in_transaction_session_timeout to the hold bound — the
+// [TokensOptions.HoldTimeout] ([DefaultHoldTimeout], 15 s), or the time
+// left to ctx's deadline when that is sooner. A session that sends nothing
+// for that long inside the transaction is ended by the server: the
+// transaction rolls back, the row lock is released, the next holder's
+// claim goes through, and the frozen holder's next statement or COMMIT
+// fails when it wakes (nothing it wrote is kept). The bound counts idle
+// time, from the end of the last statement: a holder that keeps sending
+// statements keeps the resource, as it should while it is alive. A tighter
+// setting of the session's own is kept. A [*pgx.Conn] you pass is closed
+// by the server when that happens; a pool replaces its connection. Set
+// HoldTimeout to the lease's TTL; a negative one leaves the session's
+// setting alone.
+//
+// # Isolation
+//
 // The transaction has the session's default isolation level (normally
-// READ COMMITTED).
+// READ COMMITTED). Under REPEATABLE READ or SERIALIZABLE (the session's
+// default_transaction_isolation), a claim that waited for another holder
+// who then committed fails on the server with a serialization failure
+// (SQLSTATE 40001): the transaction's snapshot was taken before that
+// commit, and reading under it would miss the other holder's writes. fn
+// has not run then, so Tx rolls back and begins again (up to 100 times,
+// while ctx lasts), and the new snapshot includes the commit: a higher
+// token still "waits for this commit", it just waits in more than one
+// transaction. Once fn has run nothing is retried: a serialization failure
+// of fn's statements or of COMMIT (fn's own conflicts, under
+// SERIALIZABLE) is returned, and only a retry of the whole Tx can get
+// past it.
+//
+// # Inside the caller's transaction
 //
 // On a [pgx.Tx], Tx claims first and then calls fn, on a savepoint: fn's
 // work is undone on failure, and nothing is committed until the caller
 // commits the outer transaction, which also holds the claim's lock until
-// then.
+// then. Tx then sets no hold bound — the session and its transaction are
+// the caller's, and a bound would outlive Tx and cut the caller's own
+// later work short — so bound the outer transaction yourself (SET LOCAL
+// idle_in_transaction_session_timeout) if a frozen process must not hold
+// the resource. A serialization failure of the claim cannot be retried
+// there either (the caller's snapshot stays): Tx returns it, with a
+// message saying that the caller's whole transaction must be retried.
 //
 // The [pgx.Tx] given to fn is not safe for concurrent use, as no pgx.Tx
 // is.
 //
 // [*pgxpool.Pool]: https://pkg.go.dev/github.com/jackc/pgx/v5/pgxpool#Pool
 func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.Tx) error) error {
-	resource, t, v, err := resourceToken(ctx, resource, t)
-	if err != nil {
-		return err
-	}
 	switch {
 	case db == nil:
 		return fmt.Errorf("%w: nil DB", ErrBadInput)
@@ -85,6 +128,10 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+	}
+	resource, t, v, err := resourceToken(ctx, k.check, resource, t)
+	if err != nil {
+		return err
 	}
 	if outer, ok := db.(pgx.Tx); ok {
 		return k.nestedTx(ctx, outer, resource, t, v, fn)
@@ -103,6 +150,7 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 		return k.eagerTx(ctx, db, resource, t, v, fn)
 	}
 	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v}
+	lt.deadline, lt.hasDeadline = ctx.Deadline()
 	ended := false
 	defer func() {
 		if !ended && lt.tx != nil {
@@ -135,10 +183,10 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 // round trip, then fn on the plain transaction once the claim holds, then
 // COMMIT. A refused claim rolls back before fn ever runs.
 func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
-	for range maxAttempts {
+	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		var b pgx.Batch
 		b.BeginTx(pgx.TxOptions{})
-		b.Queue(k.claimSQL, resource, v)
+		b.Queue(k.txClaimSQL, resource, v, k.holdMillis(ctx))
 		br := db.SendBatch(ctx, &b)
 		tx := br.Tx()
 		if tx == nil { // a DB of the caller's own making
@@ -149,13 +197,21 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 		var snap *int64
 		_, err := br.Exec() // BEGIN
 		if err == nil {
-			err = br.QueryRow().Scan(&claimed, &snap)
+			err = br.QueryRow().Scan(&claimed, &snap, nil)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			rollback(ctx, tx)
+			if isSerializationFailure(err) && retries < maxSerializationRetries && ctx.Err() == nil {
+				// REPEATABLE READ or SERIALIZABLE: the claim waited for a
+				// holder that then committed, after this transaction's
+				// snapshot was taken. fn has not run: begin again, with a
+				// snapshot that includes that commit.
+				retries++
+				continue
+			}
 			return wrapErr("claim "+resource+" in", k.name, err)
 		}
 		if !claimed {
@@ -166,6 +222,7 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 			if done {
 				return err
 			}
+			attempts++
 			continue
 		}
 		return k.run(ctx, tx, resource, fn)
@@ -266,6 +323,11 @@ type lazyTx struct {
 	t        token.Token
 	v        int64
 
+	// The deadline of Tx's context, for the hold bound: fn's statements
+	// come with contexts of their own.
+	deadline    time.Time
+	hasDeadline bool
+
 	tx       pgx.Tx // the transaction; nil until it is begun
 	claimed  bool   // the claim succeeded: tx is fn's
 	claimErr error  // the claim failed: every method returns it
@@ -279,14 +341,14 @@ var _ pgx.Tx = (*lazyTx)(nil)
 // userErr is sql's own error when pgx could not even prepare it; the
 // claim is then still pending.
 func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.BatchResults, userErr, claimErr error) {
-	for range maxAttempts {
+	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		var b pgx.Batch
 		begin := lt.tx == nil
 		if begin {
 			b.BeginTx(pgx.TxOptions{})
 		}
 		b.Queue(`SAVEPOINT fenceguard_claim`)
-		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v)
+		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v, lt.k.holdUntil(lt.deadline, lt.hasDeadline))
 		b.Queue(`RELEASE SAVEPOINT fenceguard_claim`)
 		ours := b.Len()
 		if sql != "" {
@@ -330,6 +392,15 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			}
 			return nil, err, nil
 		}
+		if isSerializationFailure(err) && retries < maxSerializationRetries && ctx.Err() == nil {
+			// As in eagerTx: the snapshot predates the commit the claim
+			// waited for. Nothing of fn's has run (the statement sent
+			// along was skipped), so a new transaction can take its place.
+			rollback(ctx, lt.tx)
+			lt.tx = nil
+			retries++
+			continue
+		}
 		if !isStaleRaise(err) {
 			lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
 			return nil, nil, lt.claimErr
@@ -343,6 +414,7 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			lt.claimErr = &token.StaleError{Resource: lt.resource, Presented: lt.t, Current: cur}
 			return nil, nil, lt.claimErr
 		}
+		attempts++
 	}
 	lt.claimErr = fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", lt.resource, lt.k.name, maxAttempts)
 	return nil, nil, lt.claimErr

@@ -1,0 +1,357 @@
+package postgres_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/storage/postgres"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// holdChildEnv carries a holdConfig to a child process of
+// TestTxFrozenHolder, which TestMain turns into a holder (holdChild).
+const holdChildEnv = "FENCEGUARD_PG_HOLD_CHILD"
+
+// holdConfig tells the child how to hold the resource.
+type holdConfig struct {
+	DSN      string
+	Resource string
+	Token    token.Token
+	Lazy     bool          // ClaimWithFirstStatement
+	Hold     time.Duration // TokensOptions.HoldTimeout; 0: none given
+	Deadline time.Duration // a context deadline; 0: none
+}
+
+// holdChild is the frozen holder: it claims the resource in a fenced
+// transaction, writes a row, says "ready" on stdout and waits inside fn —
+// the parent freezes it there — until a line comes on stdin; then fn
+// returns and Tx commits. It reports Tx's outcome on stdout.
+func holdChild() int {
+	var cfg holdConfig
+	if err := json.Unmarshal([]byte(os.Getenv(holdChildEnv)), &cfg); err != nil {
+		fmt.Println("child: bad config:", err)
+		return 2
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		fmt.Println("child: connect:", err)
+		return 2
+	}
+	tokens, err := postgres.NewTokens(postgres.TokensOptions{ClaimWithFirstStatement: cfg.Lazy, HoldTimeout: cfg.Hold})
+	if err != nil {
+		fmt.Println("child:", err)
+		return 2
+	}
+	txCtx := ctx
+	if cfg.Deadline > 0 {
+		var cancel context.CancelFunc
+		txCtx, cancel = context.WithTimeout(ctx, cfg.Deadline)
+		defer cancel()
+	}
+	stdin := bufio.NewReader(os.Stdin)
+	err = tokens.Tx(txCtx, conn, cfg.Resource, cfg.Token, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('frozen holder')`); err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		_, err := stdin.ReadString('\n') // frozen here
+		return err
+	})
+	if err != nil {
+		fmt.Println("result: failed:", strings.ReplaceAll(err.Error(), "\n", " "))
+	} else {
+		fmt.Println("result: committed")
+	}
+	_ = conn.Close(ctx)
+	return 0
+}
+
+// A holder frozen (SIGSTOP) inside a fenced transaction, past the bound on
+// its hold: the server ends its session, so the next holder gets the
+// resource within about the bound instead of waiting for the thaw, and
+// the frozen holder's commit fails when it resumes — nothing it wrote is
+// kept. The bound is the HoldTimeout, or the context's deadline when that
+// comes first; in both Tx modes.
+func TestTxFrozenHolder(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see that the child is stopped")
+	}
+	for _, c := range []struct {
+		name string
+		cfg  holdConfig
+	}{
+		{"claim first, HoldTimeout", holdConfig{Hold: 2 * time.Second}},
+		{"claim with the first statement, HoldTimeout", holdConfig{Lazy: true, Hold: 2 * time.Second}},
+		{"claim first, deadline", holdConfig{Deadline: 2 * time.Second}},
+		{"claim with the first statement, deadline", holdConfig{Lazy: true, Deadline: 2 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pg := servers.Postgres(t)
+			pool := poolIn(t, pg.DSN, "UTC")
+			ctx := ctxFor(t, 2*time.Minute)
+			if err := postgres.Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			exec(t, pool, `CREATE TABLE held (who text NOT NULL)`)
+			cfg := c.cfg
+			cfg.DSN, cfg.Resource, cfg.Token = pg.DSN, "sku:1", 5
+			child := startHolder(t, cfg)
+			if line := child.line(t); line != "ready" {
+				t.Fatalf("child said %q, want ready", line)
+			}
+			child.stop(t)
+
+			// The pause would last the whole test (up to a minute) without
+			// the bound: the next holder must not wait for it.
+			start := time.Now()
+			next, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err := postgres.Tx(next, pool, "sku:1", 6, func(tx pgx.Tx) error {
+				_, err := tx.Exec(next, `INSERT INTO held (who) VALUES ('next holder')`)
+				return err
+			})
+			waited := time.Since(start)
+			if err != nil {
+				t.Fatalf("the next holder, after %v with the frozen one stopped: %v", waited.Round(time.Millisecond), err)
+			}
+			t.Logf("the next holder got through after %v (bound 2s), the frozen holder still stopped", waited.Round(time.Millisecond))
+
+			child.resume(t)
+			result := child.line(t)
+			child.wait(t)
+			if !strings.HasPrefix(result, "result: failed:") {
+				t.Fatalf("the frozen holder's Tx: %q, want its commit failed", result)
+			}
+			t.Logf("the frozen holder, thawed: %s", result)
+			var who []string
+			rows, err := pool.Query(ctx, `SELECT who FROM held ORDER BY who`)
+			if err == nil {
+				who, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(who) != 1 || who[0] != "next holder" {
+				t.Fatalf("rows written: %q, want only the next holder's", who)
+			}
+			if hw := highWater(t, pool, "sku:1"); hw != 6 {
+				t.Fatalf("high-water %d, want 6", hw)
+			}
+		})
+	}
+}
+
+// holder is a child process holding a fenced transaction.
+type holder struct {
+	cmd    *osexec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *strings.Builder
+}
+
+func startHolder(t *testing.T, cfg holdConfig) *holder {
+	t.Helper()
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := osexec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdChildEnv+"="+string(js))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	h := &holder{cmd: cmd, lines: make(chan string, 4), stderr: &strings.Builder{}}
+	cmd.Stderr = h.stderr
+	if h.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // not waited for: the test failed
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return h
+}
+
+// line returns the child's next line of output.
+func (h *holder) line(t *testing.T) string {
+	t.Helper()
+	select {
+	case l, ok := <-h.lines:
+		if !ok {
+			t.Fatalf("the child exited without a word; stderr:\n%s", h.stderr.String())
+		}
+		return l
+	case <-time.After(time.Minute):
+		t.Fatal("no word from the child in a minute")
+		return ""
+	}
+}
+
+// stop freezes the child and waits until the kernel says it is stopped.
+func (h *holder) stop(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state …: comm may hold spaces, the state follows the last ')'.
+		if s := string(b); strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " T") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not stop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resume thaws the child and lets fn return.
+func (h *holder) resume(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(h.stdin, "go on\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *holder) wait(t *testing.T) {
+	t.Helper()
+	_ = h.stdin.Close()
+	for range h.lines {
+	}
+	if err := h.cmd.Wait(); err != nil {
+		var ee *osexec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("child: %v; stderr:\n%s", err, h.stderr.String())
+		}
+		t.Fatal(err)
+	}
+}
+
+// The bound is SET LOCAL: it holds inside the transaction, is gone after
+// it, takes the sooner of HoldTimeout and the context's deadline, yields to
+// a tighter setting of the session's, and leaves the caller's own
+// transaction (a nested Tx) alone.
+func TestTxHoldSetting(t *testing.T) {
+	pg := servers.Postgres(t)
+	pool := poolIn(t, pg.DSN, "UTC")
+	ctx := ctxFor(t, time.Minute)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	setting := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		t.Helper()
+		var s string
+		if err := q.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	inside := func(k *postgres.Tokens, ctx context.Context, db postgres.DB) string {
+		t.Helper()
+		var s string
+		err := k.Tx(ctx, db, "sku:1", 5, func(tx pgx.Tx) error {
+			s = setting(tx)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tokens := func(o postgres.TokensOptions) *postgres.Tokens {
+		k, err := postgres.NewTokens(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, lazy := range []bool{false, true} {
+		if got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy}), ctx, conn); got != "15s" {
+			t.Errorf("lazy %v, default: %q inside, want 15s", lazy, got)
+		}
+		if got := setting(conn); got != "0" {
+			t.Errorf("lazy %v: %q after the transaction, want 0 (SET LOCAL)", lazy, got)
+		}
+		if got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy, HoldTimeout: 3 * time.Second}), ctx, conn); got != "3s" {
+			t.Errorf("lazy %v, HoldTimeout 3s: %q inside", lazy, got)
+		}
+		if got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy, HoldTimeout: -1}), ctx, conn); got != "0" {
+			t.Errorf("lazy %v, HoldTimeout -1: %q inside, want the session's 0", lazy, got)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy}), dctx, conn)
+		cancel()
+		if d, err := time.ParseDuration(got); err != nil || d > 5*time.Second || d < time.Second {
+			t.Errorf("lazy %v, a 5s deadline: %q inside, want at most 5s", lazy, got)
+		}
+		// A tighter setting of the session wins.
+		exec(t, conn, `SET idle_in_transaction_session_timeout = '1500ms'`)
+		if got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy}), ctx, conn); got != "1500ms" {
+			t.Errorf("lazy %v, session at 1500ms: %q inside, want 1500ms", lazy, got)
+		}
+		exec(t, conn, `SET idle_in_transaction_session_timeout = '1min'`)
+		if got := inside(tokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy}), ctx, conn); got != "15s" {
+			t.Errorf("lazy %v, session at 1min: %q inside, want 15s", lazy, got)
+		}
+		exec(t, conn, `RESET idle_in_transaction_session_timeout`)
+	}
+	// Nested: the caller's transaction keeps its setting.
+	outer, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(ctx)
+	if got := inside(tokens(postgres.TokensOptions{HoldTimeout: 3 * time.Second}), ctx, outer); got != "0" {
+		t.Errorf("nested: %q inside, want the caller's 0", got)
+	}
+	if got := setting(outer); got != "0" {
+		t.Errorf("nested: %q after, want the caller's 0", got)
+	}
+	if _, err := postgres.NewTokens(postgres.TokensOptions{HoldTimeout: 30 * 24 * time.Hour}); !errors.Is(err, postgres.ErrBadOptions) {
+		t.Errorf("HoldTimeout of 30 days = %v, want ErrBadOptions", err)
+	}
+}
