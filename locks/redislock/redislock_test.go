@@ -356,8 +356,9 @@ func TestHeal(t *testing.T) {
 	if got, err := l.Heal(ctx, "k", 5); err != nil || got <= hw {
 		t.Fatalf("Heal to 5 = %d, %v; want the counter left above %d", got, err, hw)
 	}
-	if _, err := l.Heal(ctx, "k", redislock.MaxHeal+1); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("Heal beyond 2^53 = %v, want ErrInvalid", err)
+	var re *token.RangeError
+	if _, err := l.Heal(ctx, "k", redislock.MaxHeal+1); !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
+		t.Fatalf("Heal to the ceiling = %v, want ErrInvalid and a RangeError", err)
 	}
 }
 
