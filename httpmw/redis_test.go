@@ -34,7 +34,7 @@ func redisClient(t testing.TB, addr string) *redis.Client {
 // current mark, refuse hostile input without touching Redis's mark.
 func TestRedisFence(t *testing.T) {
 	db := servers.Redis(t)
-	fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+	fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: fence})
 	var s seen
 	mux := http.NewServeMux()
@@ -91,7 +91,7 @@ func TestRedisFenceConcurrentProcesses(t *testing.T) {
 	c := &orderChecker{t: t, done: make([]atomic.Uint64, keys)}
 	handlers := make([]http.Handler, procs)
 	for i := range handlers {
-		fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+		fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 		mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence})
 		handlers[i] = c.wrap(mw, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	}
@@ -115,7 +115,7 @@ func TestRedisFenceConcurrentProcesses(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+	fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	for k := range keys {
 		hw, err := fence.HighWater(context.Background(), "sku:"+strconv.Itoa(k))
 		if err != nil || uint64(hw) != c.done[k].Load() {
@@ -136,7 +136,7 @@ func TestRedisUnreachableFailsClosed(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	fence := redislock.NewFence(redisClient(t, addr), "")
+	fence := redislock.NewFence(redisClient(t, addr), redislock.FenceOptions{})
 	var s seen
 	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence}), s.handler())
 	for _, method := range []string{http.MethodPut, http.MethodGet} {
@@ -170,7 +170,7 @@ func TestRedisIssued(t *testing.T) {
 	}
 	defer lease.Release(ctx)
 
-	fence := redislock.NewFence(c, db.Prefix+"fence:")
+	fence := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix + "fence:"})
 	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence, Issued: locker.Issued}), new(seen).handler())
 	if w := serve(t, h, http.MethodPut, "/sku/42", lease.Token().String()); w.Code != http.StatusNoContent {
 		t.Fatalf("holder: status %d: %s", w.Code, w.Body)

@@ -32,6 +32,15 @@ type RedisReplication struct {
 func NewRedisReplication(t testing.TB) *RedisReplication {
 	t.Helper()
 	master := NewRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	// Redis 7 waits 5s for more replicas before a diskless full sync.
+	mc := newRedisClient(master.Addr())
+	err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err()
+	mc.Close()
+	if err != nil {
+		t.Fatalf("servers: configuring %s: %v", master.Name(), err)
+	}
 	link := NewProxy(t, master.Addr())
 	host, port, err := net.SplitHostPort(link.Addr())
 	if err != nil {
@@ -46,8 +55,6 @@ func NewRedisReplication(t testing.TB) *RedisReplication {
 		t.Fatal(err)
 	}
 	r := &RedisReplication{Master: master, Replica: replica, Link: link}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
 	if err := r.WaitSynced(ctx); err != nil {
 		t.Fatalf("servers: replica %s of %s: %v", replica.Name(), master.Name(), err)
 	}

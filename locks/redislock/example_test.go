@@ -29,7 +29,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fence := redislock.NewFence(rdb, "")
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{})
 
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
 		// Claim before acting: a holder that was paused past its lease is
