@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // RedisReplication is a Redis master and a replica of it, started for the
@@ -77,8 +79,10 @@ func (k redisReplicaKind) command(s *Server) (*exec.Cmd, error) {
 }
 
 // WaitSynced waits until the replica's link to the master is up and it has
-// applied everything the master had written when WaitSynced was called.
-// It polls INFO replication on both until then, or until ctx ends.
+// applied everything the master had written when WaitSynced was called,
+// and the master counts it as an online replica at that offset (so WAIT
+// counts it at once). It polls INFO replication on both until then, or
+// until ctx ends.
 func (r *RedisReplication) WaitSynced(ctx context.Context) error {
 	master := newRedisClient(r.Master.Addr())
 	defer master.Close()
@@ -87,34 +91,56 @@ func (r *RedisReplication) WaitSynced(ctx context.Context) error {
 	var want int64 = -1
 	var last string
 	for {
-		if want < 0 {
-			if info, err := master.Info(ctx, "replication").Result(); err == nil {
-				want, _ = strconv.ParseInt(infoField(info, "master_repl_offset"), 10, 64)
-			} else {
-				last = "master: " + err.Error()
-			}
+		err := r.synced(ctx, master, replica, &want)
+		if err == nil {
+			return nil
 		}
-		if want >= 0 {
-			info, err := replica.Info(ctx, "replication").Result()
-			switch {
-			case err != nil:
-				last = "replica: " + err.Error()
-			case infoField(info, "master_link_status") != "up":
-				last = "link " + infoField(info, "master_link_status")
-			default:
-				got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64)
-				if got >= want {
-					return nil
-				}
-				last = fmt.Sprintf("replica at offset %d of %d", got, want)
-			}
-		}
+		last = err.Error()
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not in sync (%s): %w", last, ctx.Err())
 		case <-time.After(pollEvery):
 		}
 	}
+}
+
+// synced checks once; *want is the master's offset, read on the first call
+// that reaches it.
+func (r *RedisReplication) synced(ctx context.Context, master, replica *redis.Client, want *int64) error {
+	if *want < 0 {
+		info, err := master.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("master: %w", err)
+		}
+		*want, _ = strconv.ParseInt(infoField(info, "master_repl_offset"), 10, 64)
+	}
+	info, err := replica.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("replica: %w", err)
+	}
+	if st := infoField(info, "master_link_status"); st != "up" {
+		return fmt.Errorf("replica: link %s", st)
+	}
+	if got, _ := strconv.ParseInt(infoField(info, "slave_repl_offset"), 10, 64); got < *want {
+		return fmt.Errorf("replica at offset %d of %d", got, *want)
+	}
+	info, err = master.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	// slave0:ip=127.0.0.1,port=P,state=online,offset=N,lag=0
+	fields := map[string]string{}
+	for _, kv := range strings.Split(infoField(info, "slave0"), ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		fields[k] = v
+	}
+	if fields["state"] != "online" {
+		return fmt.Errorf("master: replica state %q", fields["state"])
+	}
+	if got, _ := strconv.ParseInt(fields["offset"], 10, 64); got < *want {
+		return fmt.Errorf("master: replica acknowledged offset %d of %d", got, *want)
+	}
+	return nil
 }
 
 // Promote makes the replica a master (REPLICAOF NO ONE), as Sentinel or an

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fenceguard/fenceguard/integration/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -58,6 +60,15 @@ func TestFenceOnReplicaFailsClosed(t *testing.T) {
 	}
 }
 
+// waitClient is a client whose reads outlast a WAIT of the default
+// ReplicaTimeout (1s), under load too.
+func waitClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // history records the claims a fence acknowledged and checks that none was
 // accepted below one acknowledged before it.
 type history struct {
@@ -89,8 +100,7 @@ func (h *history) claim(t *testing.T, f *redislock.Fence, where string, tok toke
 func TestFenceFailover(t *testing.T) {
 	run := func(t *testing.T, replicas int) (*history, error) {
 		r := servers.NewRedisReplication(t)
-		o := redislock.FenceOptions{Replicas: replicas, ReplicaTimeout: 200 * time.Millisecond}
-		master := redislock.NewFence(newClient(t, r.Master.Addr()), o)
+		master := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: replicas})
 		var h history
 		if err := h.claim(t, master, "on the master", 5); err != nil {
 			t.Fatal(err)
@@ -141,7 +151,7 @@ func TestFenceFailover(t *testing.T) {
 func TestFenceReplicasAcknowledge(t *testing.T) {
 	r := servers.NewRedisReplication(t)
 	ctx := ctxFor(t, time.Minute)
-	f := redislock.NewFence(newClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: 1, ReplicaTimeout: 200 * time.Millisecond, Logger: discard})
+	f := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: 1, Logger: discard})
 	replica := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{})
 	for range 2 {
 		if err := f.Claim(ctx, "r", 5); err != nil {
