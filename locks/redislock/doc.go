@@ -98,11 +98,14 @@
 // acquire fails with an error wrapping a [*token.RangeError], and so does a
 // waiter the release could not hand over to (the release frees the lock,
 // wakes the waiters, and each leaves the queue); nothing is left granted.
-// Nothing moves a counter at the ceiling down except deleting its key
-// (<prefix>{<key>}:tok): the next token then comes from the clock, far
-// below the marks the high tokens left at the resources, which refuse it
-// as stale until an operator resets them ([Fence.Reset], or the
-// resource's own). With the default [token.ClockBound] check at the
+// Nothing in the package moves a counter at the ceiling down: each failed
+// acquire puts it back and restarts its idle expiry, as a grant does. The
+// way out is an operator's: delete the counter key (<prefix>{<key>}:tok;
+// it also expires on its own CounterIdle after the last acquire). The next
+// token then comes from the clock, far below the marks the high tokens
+// left at the resources, which refuse it as stale until the operator
+// resets them too ([Fence.Reset], or the resource's own) — to the new
+// holder's token, as [Sequencer] reports it. With the default [token.ClockBound] check at the
 // resources, tokens that high were refused as forged anyway: a counter gets
 // there only by healing to a mark that was itself forged past a
 // [token.NoCheck].

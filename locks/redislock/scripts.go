@@ -84,19 +84,29 @@ local function badCounter(c)
 end
 `
 
-// nextToken computes the next token of the lock, max(counter + 1, now in
-// µs), writing nothing. KEYS[2] the counter.
-const nextToken = `
--- nextToken returns the next token, or nil and why not: 'range' when the
+// mint sets the counter to the next token, max(counter + 1, now in µs),
+// and returns it: usually one SET ... GET, as the clock is ahead of the
+// counter. KEYS[2] the counter.
+const mint = `
+-- mint returns the new token, or nil and why not: 'range' when the
 -- counter is at the ceiling, 'bad' when it holds something else than a
--- token; the counter's value comes third.
-local function nextToken(nowstr)
-  local c = redis.call('GET', KEYS[2])
+-- token (the counter's value third); then the counter is put back as it
+-- was (its idle expiry restarted) and nothing is minted.
+local function mint(nowstr, idle)
+  local c = redis.call('SET', KEYS[2], nowstr, 'PX', idle, 'GET')
   if not c then return nowstr end
-  if not canon(c, MAX) then return nil, 'bad', c end
-  if lt(c, nowstr) then return nowstr end
-  if c == MAX then return nil, 'range', c end
-  return incr(c)
+  if canon(c, MAX) then
+    if lt(c, nowstr) then return nowstr end
+    if c ~= MAX then
+      local tok = incr(c)
+      redis.call('SET', KEYS[2], tok, 'PX', idle)
+      return tok
+    end
+    redis.call('SET', KEYS[2], c, 'PX', idle)
+    return nil, 'range', c
+  end
+  redis.call('SET', KEYS[2], c, 'PX', idle)
+  return nil, 'bad', c
 end
 `
 
@@ -107,7 +117,7 @@ end
 // mint (at the ceiling), the lock is deleted and every waiter woken: their
 // acquires then fail with the reason, and leave the queue.
 //
-// KEYS[1..4]; channel, idle (counter idle ms).
+// KEYS[1..4]; channel, idle (counter idle ms). Needs decimal and mint.
 const handOver = `
 local function handOver(channel, idle)
   local nowms, _, nowstr = clock()
@@ -128,7 +138,7 @@ local function handOver(channel, idle)
     redis.call('DEL', KEYS[1])
     return
   end
-  local tok = nextToken(nowstr)
+  local tok = mint(nowstr, idle)
   if not tok then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', channel, '*') -- rnotify.Everyone
@@ -138,13 +148,13 @@ local function handOver(channel, idle)
   redis.call('ZREM', KEYS[4], nxt)
   local v = id .. '|' .. tok
   redis.call('SET', KEYS[1], v, 'PX', ttl)
-  redis.call('SET', KEYS[2], tok, 'PX', idle)
   redis.call('PUBLISH', channel, v)
 end
 `
 
 // acquireScript takes the lock when it is free, minting the token in the
-// same step: uncontended, that is GET, TIME, GET and two SETs. A waiter
+// same step: uncontended, that is GET, TIME, one SET ... GET on the counter
+// and the lock's SET. A waiter
 // (enqueue "1") that finds the lock granted to it by a release gets the
 // token the lock holds; otherwise it joins or refreshes its place in the
 // queue.
@@ -154,19 +164,18 @@ end
 // Returns {1, token} when granted now; {2, token} when a release handed
 // the lock over earlier; {0, ms until worth retrying, joined} when not
 // granted, joined 1 if the waiter was not in the queue and joined it now;
-// {3, counter} when the counter is at the ceiling (nothing written). A
+// {3, counter} when the counter is at the ceiling (nothing granted). A
 // counter that is not a token is an error reply.
-var acquireScript = redis.NewScript(decimal + nextToken + `
+var acquireScript = redis.NewScript(decimal + mint + `
 local v = redis.call('GET', KEYS[1])
 if not v then
   local _, _, nowstr = clock()
-  local tok, why, c = nextToken(nowstr)
+  local tok, why, c = mint(nowstr, ARGV[3])
   if not tok then
     if why == 'range' then return {3, c} end
     return badCounter(c)
   end
   redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
-  redis.call('SET', KEYS[2], tok, 'PX', ARGV[3])
   if ARGV[5] == '1' then
     local m = ARGV[1] .. '|' .. ARGV[2]
     redis.call('ZREM', KEYS[3], m)
@@ -210,7 +219,7 @@ return 0
 //
 // KEYS: lock, counter, queue, deadlines. ARGV: "id|token", channel,
 // counter idle ms. Returns 1 when released, 0 when not held.
-var releaseScript = redis.NewScript(decimal + nextToken + handOver + `
+var releaseScript = redis.NewScript(decimal + mint + handOver + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
@@ -226,7 +235,7 @@ return 1
 //
 // KEYS: lock, counter, queue, deadlines. ARGV: id, channel, counter idle
 // ms, member ("id|ttl").
-var abandonScript = redis.NewScript(decimal + nextToken + handOver + `
+var abandonScript = redis.NewScript(decimal + mint + handOver + `
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[4])
 local v = redis.call('GET', KEYS[1])
