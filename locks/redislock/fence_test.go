@@ -219,3 +219,27 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// A mark that holds something else than a token (written by hand) refuses
+// every claim and is left as it is; Reset replaces it.
+func TestFenceCorruptMark(t *testing.T) {
+	db := servers.Redis(t)
+	ctx := ctxFor(t, time.Minute)
+	c := newClient(t, db.Addr)
+	f := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix, Logger: discard})
+	for _, bad := range []string{"abc", "-1", "0", "0012", "18446744073709551616", "5 "} {
+		c.Set(ctx, db.Prefix+"{r}", bad, 0)
+		if err := f.Claim(ctx, "r", 7); err == nil || errors.Is(err, token.ErrStale) {
+			t.Errorf("Claim over the mark %q = %v, want an error", bad, err)
+		}
+		if got := c.Get(ctx, db.Prefix+"{r}").Val(); got != bad {
+			t.Errorf("the mark %q became %q", bad, got)
+		}
+	}
+	if _, err := f.Reset(ctx, "r", 9); err == nil {
+		t.Error("Reset over a corrupt mark reported no error")
+	}
+	if err := f.Claim(ctx, "r", 9); err != nil {
+		t.Errorf("Claim(9) after the reset: %v", err)
+	}
+}

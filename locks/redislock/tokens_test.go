@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +198,45 @@ func TestCorruptCounterFailsClosed(t *testing.T) {
 			t.Errorf("counter %q: Current = %d", bad, got)
 		}
 	}
+}
+
+// Renew and Release act only on the very grant they belong to: the lock's
+// value names it by id and token, so a lease whose id holds the lock under
+// another token (a later grant to the same waiting Acquire) neither
+// extends nor frees it.
+func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
+	db := servers.Redis(t)
+	c := newClient(t, db.Addr)
+	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
+	ctx := ctxFor(t, time.Minute)
+	lease, err := l.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockKey := db.Prefix + "{k}"
+	v := c.Get(ctx, lockKey).Val()
+	id, tok, ok := strings.Cut(v, "|")
+	if !ok || tok != lease.Token().String() {
+		t.Fatalf("lock value %q, want \"id|%d\"", v, lease.Token())
+	}
+	if cur, err := l.Current(ctx, "k"); err != nil || cur != lease.Token() {
+		t.Fatalf("Current = %d, %v; want the holder's %d", cur, err, lease.Token())
+	}
+	other := id + "|" + (lease.Token() + 7).String()
+	if err := c.Set(ctx, lockKey, other, redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Renew of a grant the lock no longer holds = %v, want ErrNotHeld", err)
+	}
+	if err := lease.Release(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Errorf("Release of a grant the lock no longer holds = %v, want ErrNotHeld", err)
+	}
+	if got := c.Get(ctx, lockKey).Val(); got != other {
+		t.Fatalf("lock %q after the stale release, want %q untouched", got, other)
+	}
+	if cur, err := l.Current(ctx, "k"); err != nil || cur != lease.Token()+7 {
+		t.Fatalf("Current = %d, %v; want the lock's %d", cur, err, lease.Token()+7)
+	}
+	c.Del(ctx, lockKey)
 }
