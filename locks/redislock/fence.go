@@ -197,7 +197,9 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 // or higher, in one script, and logs the change at Warn level
 // ([token.LogReset], store "redis"). With Replicas set it waits for them
 // like a claim, and fails with a [*ReplicaError] (after logging: the master
-// has the new mark) when too few acknowledged.
+// has the new mark) when too few acknowledged. A key that held something
+// else than a token (written by hand) is replaced all the same; Reset then
+// returns 0 and an error that says what it held.
 func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (token.Token, error) {
 	if err := token.CheckReset(resource, to); err != nil {
 		return 0, err
