@@ -34,7 +34,7 @@ func redisClient(t testing.TB, addr string) *redis.Client {
 // current mark, refuse hostile input without touching Redis's mark.
 func TestRedisFence(t *testing.T) {
 	db := servers.Redis(t)
-	fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+	fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: fence})
 	var s seen
 	mux := http.NewServeMux()
@@ -91,7 +91,7 @@ func TestRedisFenceConcurrentProcesses(t *testing.T) {
 	c := &orderChecker{t: t, done: make([]atomic.Uint64, keys)}
 	handlers := make([]http.Handler, procs)
 	for i := range handlers {
-		fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+		fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 		mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence})
 		handlers[i] = c.wrap(mw, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	}
@@ -115,7 +115,7 @@ func TestRedisFenceConcurrentProcesses(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	fence := redislock.NewFence(redisClient(t, db.Addr), db.Prefix)
+	fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	for k := range keys {
 		hw, err := fence.HighWater(context.Background(), "sku:"+strconv.Itoa(k))
 		if err != nil || uint64(hw) != c.done[k].Load() {
@@ -136,7 +136,7 @@ func TestRedisUnreachableFailsClosed(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	fence := redislock.NewFence(redisClient(t, addr), "")
+	fence := redislock.NewFence(redisClient(t, addr), redislock.FenceOptions{})
 	var s seen
 	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence}), s.handler())
 	for _, method := range []string{http.MethodPut, http.MethodGet} {
@@ -172,7 +172,7 @@ func TestRedisDefaultCheck(t *testing.T) {
 	}
 	defer lease.Release(ctx)
 
-	fence := redislock.NewFence(c, db.Prefix+"fence:")
+	fence := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix + "fence:"})
 	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence}), new(seen).handler())
 	if w := serve(t, h, http.MethodPut, "/sku/42", lease.Token().String()); w.Code != http.StatusNoContent {
 		t.Fatalf("holder: status %d: %s", w.Code, w.Body)
@@ -181,6 +181,39 @@ func TestRedisDefaultCheck(t *testing.T) {
 	forged := (lease.Token() + 1) * 1000
 	if p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", forged.String()), http.StatusForbidden); p.Type != httpmw.TypeForged {
 		t.Errorf("forger: problem %+v", p)
+	}
+	if hw, err := fence.HighWater(ctx, "sku:42"); err != nil || hw != lease.Token() {
+		t.Errorf("high-water %d, %v; want the holder's %d", hw, err, lease.Token())
+	}
+}
+
+// The sequencer check against real redislock grants: a token just above
+// the current holder's — under the clock bound, so only the lock service
+// can tell it was never granted — is refused, the holder's is accepted,
+// and the resource needs only a plain client to ask.
+func TestRedisSequencerCheck(t *testing.T) {
+	db := servers.Redis(t)
+	c := redisClient(t, db.Addr)
+	locker, err := redislock.New(c, redislock.Options{Prefix: db.Prefix + "lock:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+	lease, err := locker.Acquire(ctx, "sku:42", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	fence := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix + "fence:"})
+	check := token.All(token.ClockBound{}, token.SequencerCheck(redislock.NewSequencer(c, db.Prefix+"lock:"), token.SequencerOptions{}))
+	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence, Check: check}), new(seen).handler())
+	if p := decodeProblem(t, serve(t, h, http.MethodPut, "/sku/42", (lease.Token()+1).String()), http.StatusForbidden); p.Type != httpmw.TypeForged {
+		t.Errorf("forger just above the holder: problem %+v", p)
+	}
+	if w := serve(t, h, http.MethodPut, "/sku/42", lease.Token().String()); w.Code != http.StatusNoContent {
+		t.Fatalf("holder: status %d: %s", w.Code, w.Body)
 	}
 	if hw, err := fence.HighWater(ctx, "sku:42"); err != nil || hw != lease.Token() {
 		t.Errorf("high-water %d, %v; want the holder's %d", hw, err, lease.Token())

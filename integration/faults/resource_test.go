@@ -209,7 +209,7 @@ func (s *resourceService) fence(t *testing.T, enforcer string) token.Fence {
 		db := servers.Redis(t)
 		rdb := redis.NewClient(&redis.Options{Addr: db.Addr})
 		t.Cleanup(func() { rdb.Close() })
-		return redislock.NewFence(rdb, db.Prefix+"fence:")
+		return redislock.NewFence(rdb, redislock.FenceOptions{Prefix: db.Prefix + "fence:"})
 	case httpEtcd:
 		db := servers.Etcd(t)
 		cli, err := clientv3.New(etcdConfig(db.Endpoints))

@@ -1,27 +1,34 @@
 // Package redislock is a [locks.Locker] on Redis (a single node, Sentinel or
 // Cluster, through go-redis v9), with fencing tokens minted by the server in
-// the same step that grants the lock, and a Redis-backed [token.Fence].
+// the same step that grants the lock, a [token.Sequencer] that tells
+// resources which token the lock stands at, and a Redis-backed
+// [token.Fence].
+//
+// A lock can be lost at any moment — a pause past the lease, a failover —
+// and only the resource's check of the token makes writes safe: pass the
+// lease's token with every access and claim it at the resource.
 //
 // # Protocol
 //
 // Every operation is one Lua script, loaded once and run by SHA (go-redis
 // falls back to EVAL on NOSCRIPT), so each is one round trip:
 //
-//   - acquire: SET NX PX and, in the same script, token = max(counter + 1,
-//     server TIME in µs), written to the counter with an idle expiry (one
-//     SET ... GET: the clock is normally ahead of the counter);
-//   - renew: PEXPIRE only if the lock still holds this grant's id;
-//   - release: only if the lock still holds this grant's id, hand it over
+//   - acquire: if the lock is free, token = max(counter + 1, server TIME in
+//     µs), written to the counter with an idle expiry, and the lock set to
+//     "id|token" with the lease's TTL;
+//   - renew: PEXPIRE only if the lock still holds this very grant (its id
+//     and token);
+//   - release: only if the lock still holds this very grant, hand it over
 //     to the first waiter, or delete it when nobody waits.
 //
 // A contended Acquire joins the key's queue (FIFO by arrival at the server)
 // and sleeps. A release does not free the lock for everyone to race for: it
-// grants it to the first live waiter — sets the lock to the waiter's id for
-// the waiter's TTL and mints its token — and publishes "id|token" on the
-// key's channel. Only that waiter wakes, and it holds the lock the moment
-// the message arrives: no thundering herd, no further round trip, and no
-// newcomer can barge in ahead of the queue. A waiter also wakes when the
-// lock's remaining TTL runs out (a holder that died) and every
+// grants it to the first live waiter — sets the lock to "waiter id|token"
+// for the waiter's TTL, minting the token — and publishes the same string
+// on the key's channel. Only that waiter wakes, and it holds the lock the
+// moment the message arrives: no thundering herd, no further round trip,
+// and no newcomer can barge in ahead of the queue. A waiter also wakes when
+// the lock's remaining TTL runs out (a holder that died) and every
 // WaiterTTL/3 (or TTL/3, if shorter) to refresh its place; a waiter that
 // stops refreshing is dropped after WaiterTTL. A waiter that dies in the
 // moment between refreshing and being handed the lock holds it, like a
@@ -32,7 +39,18 @@
 // The lease of a handed-over grant is dated, conservatively, from the last
 // request that found the waiter still waiting — the grant came after it.
 // If that leaves less than half the TTL (the wake-up was late), Acquire
-// renews once before returning.
+// renews once before returning; if the grant ran out meanwhile, it goes
+// back to waiting.
+//
+// A wake-up can be late enough to be stale: a waiter handed the lock while
+// paused, whose grant ran out, which joined the queue again, can receive
+// the old grant's news after that — dating it from the new place in the
+// queue would make a dead grant look fresh. The acquire script therefore
+// reports when a waiter had to join the queue again, and from then on that
+// Acquire takes no wake-up on trust: each is checked with one more round
+// trip, which returns the grant the lock holds for this waiter now, with
+// the token the server holds (not the message's), or leaves it waiting. The
+// uncontended acquire and the ordinary hand-over cost no extra round trip.
 //
 // All keys of one lock carry the hash tag {key}, so they live in one
 // Cluster slot and a script can touch them together.
@@ -63,9 +81,89 @@
 // for — the second grant carries a larger token, and the resource refuses
 // the first holder once the second has touched it.
 //
+// # Exactness and the ceiling
+//
+// Lua numbers are doubles, exact only below 2^53; the scripts never turn a
+// token into one. Tokens are canonical decimal strings throughout —
+// compared by length, then digit by digit, incremented as strings, and
+// validated when read back (a counter that holds anything else fails the
+// script; nothing is granted) — so every token is exact up to the ceiling,
+// [MaxToken] = 2^63−1, which every token fits into a signed 64-bit column.
+//
+// The clock floor is about 2^50.6 (2026); only [Locker.Heal] brings a
+// counter near the ceiling, and it refuses targets at or above it
+// ([MaxHeal] = MaxToken − 1 is the largest), with an error wrapping
+// [locks.ErrInvalid] and a [*token.RangeError], so the grant after any heal
+// still gets a token. A counter at the ceiling grants nothing more: an
+// acquire fails with an error wrapping a [*token.RangeError], and so does a
+// waiter the release could not hand over to (the release frees the lock,
+// wakes the waiters, and each leaves the queue); nothing is left granted.
+// Nothing in the package moves a counter at the ceiling down: each failed
+// acquire puts it back and restarts its idle expiry, as a grant does. The
+// way out is an operator's: delete the counter key (<prefix>{<key>}:tok;
+// it also expires on its own CounterIdle after the last acquire). The next
+// token then comes from the clock, far below the marks the high tokens
+// left at the resources, which refuse it as stale until the operator
+// resets them too ([Fence.Reset], or the resource's own) — to the new
+// holder's token, as [Sequencer] reports it. With the default [token.ClockBound] check at the
+// resources, tokens that high were refused as forged anyway: a counter gets
+// there only by healing to a mark that was itself forged past a
+// [token.NoCheck].
+//
+// [Locker.Issued] is exact: the counter, or the clock when that is larger,
+// at least every token granted.
+//
+// # Forged tokens: the Sequencer
+//
+// A token is a number, not a credential. [Sequencer] (and [Locker.Current],
+// the same on a Locker's client) implements [token.Sequencer]: it answers
+// the token of the current holder while the lock is held — the lock's value
+// carries it — and, while it is free, the counter or the clock, whichever
+// is larger: at least every token granted and at most the next. A waiter
+// has no token until a release mints one for it, so a resource that runs
+// [token.SequencerCheck] on it refuses every token not granted yet: a
+// forger can at most act as the current holder, never lock the holder or
+// the queue out. The answers for a key never decrease, on the same
+// assumptions as the tokens (see [Sequencer] for the argument). Wire both
+// checks at the resource:
+//
+//	seq := redislock.NewSequencer(rdb, "") // the Locker's prefix
+//	check := token.All(token.ClockBound{}, token.SequencerCheck(seq, token.SequencerOptions{}))
+//	fence := redislock.NewFence(rdb, redislock.FenceOptions{Check: check})
+//
+// # The Fence
+//
+// [Fence] keeps each resource's high-water mark in one key (no expiry),
+// checked and advanced by one script on the master. Its consistency, in
+// short (details in [Fence]):
+//
+//   - every acceptance, an equal token included, writes the mark, so it is
+//     decided on the master: through a replica a claim fails (READONLY)
+//     rather than accept from a copy that may lag;
+//   - Redis replication is asynchronous: without [FenceOptions.Replicas], a
+//     failover to a replica that had not received a claim loses it, and a
+//     stale holder's token is accepted after a newer one was acknowledged;
+//   - with Replicas = n, each claim is followed in the same round trip by
+//     WAIT n and counts only when n replicas acknowledged it ([*ReplicaError]
+//     otherwise), so an acknowledged claim survives a failover to any of
+//     them. WAIT is not consensus: a failover to a replica that did not
+//     acknowledge, or one that restarted without persistence, can still
+//     lose it; choose n = all replicas to rule out the first.
+//
+// Threat model of [Fence.Reset]: it sets a mark to any value, lower
+// included — the recovery from a mark a forged token poisoned, and the one
+// operation that can let a stale holder back in. Keep it to operators
+// (it is not a [token.Fence] method, so no middleware calls it); reset to
+// the lock's current token ([Sequencer]), so the current holder and every
+// later one are accepted and every earlier one still refused. Every reset
+// is logged at Warn level with the resource and both marks.
+//
 // # Errors
 //
 // Besides the errors of package locks: [ErrClosed] after [Locker.Close];
+// [token.ErrRange] (a [*token.RangeError]) from acquires at the ceiling and
+// from Heal beyond it (with [locks.ErrInvalid]); [ErrNotReplicated] (a
+// [*ReplicaError]) from a Fence whose replicas did not acknowledge;
 // network and server errors are returned wrapped, and mean the state of the
-// lock is unknown.
+// lock (or the mark) is unknown.
 package redislock

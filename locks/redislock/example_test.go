@@ -29,7 +29,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fence := redislock.NewFence(rdb, "")
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{})
 
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
 		// Claim before acting: a holder that was paused past its lease is
@@ -44,5 +44,32 @@ func Example() {
 		// Our counter fell behind the resource (a lost counter and a clock
 		// stepped back): move it past the resource's high-water.
 		_, _ = locker.Heal(ctx, "job:nightly-report", stale.Current)
+	}
+}
+
+// The resource side: a process that serves the guarded resource refuses
+// tokens above the lock's current grant, asking Redis with a Sequencer (no
+// Locker needed), and keeps its marks in a Fence whose claims one replica
+// must acknowledge. (Not run: it needs a Redis server with a replica.)
+func ExampleSequencer() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+
+	seq := redislock.NewSequencer(rdb, "") // the lockers' prefix
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{
+		// The clock bound first: made-up tokens far ahead cost no query.
+		Check:          token.All(token.ClockBound{}, token.SequencerCheck(seq, token.SequencerOptions{})),
+		Replicas:       1,
+		ReplicaTimeout: 500 * time.Millisecond,
+	})
+
+	var t token.Token // from the request, e.g. httpmw's header
+	switch err := fence.Claim(ctx, "job:nightly-report", t); {
+	case errors.Is(err, token.ErrForged): // above the current holder's: 403
+	case errors.Is(err, token.ErrStale): // an older holder: 409
+	case errors.Is(err, redislock.ErrNotReplicated): // not durable: 503, retry
+	case err != nil: // Redis unreachable or a replica: 503
+	default: // claimed: act
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,50 +15,177 @@ import (
 // Fence is a [token.Fence] that keeps each resource's high-water mark in
 // Redis, for resources served by several processes (the HTTP middleware
 // uses it). The check-and-advance is one script, so concurrent claims from
-// any number of processes see one order.
+// any number of processes see one order. It also implements
+// [token.Resetter]. It is safe for concurrent use and holds nothing to
+// close.
+//
+// # Consistency
+//
+// A claim is decided on the master: an accepted claim always writes the
+// mark, even when the token equals it, so a client pointed at a read-only
+// replica gets READONLY and the claim fails — it never accepts from the
+// replica's copy, which may lag. A stale refusal needs no write (a replica's
+// mark is at most the master's, so what it refuses, the master refuses
+// too). [Fence.HighWater] is a plain GET and reads whatever node the client
+// reaches. A replica configured with replica-read-only no would accept
+// writes of its own; never point a Fence at one.
+//
+// Redis replication is asynchronous: by default an accepted claim is on
+// the master only, and a failover to a replica that had not received it
+// brings back an older mark — a stale holder's claim is then accepted
+// after a newer one was acknowledged. With [FenceOptions.Replicas] = n the
+// claim is followed, in the same round trip, by WAIT n, and counts as
+// accepted only when n replicas acknowledged it; otherwise it fails with a
+// [*ReplicaError]. An acknowledged claim is then in the memory of n
+// replicas, and survives a failover to any of them — Sentinel and Cluster
+// promote the replica with the most replicated data among those they can
+// reach.
+//
+// WAIT is not consensus. What can still go wrong with Replicas set:
+//
+//   - a failover to a replica that did not acknowledge (with n below the
+//     number of replicas, when those that did are down or unreachable; or
+//     a manual REPLICAOF NO ONE on a lagging one): set n to the number of
+//     replicas to rule that out, at the price of refused claims whenever
+//     one of them is down;
+//   - an acknowledging replica that restarts without persistence before
+//     the failover (WAIT acknowledges memory, not disk);
+//   - a refused claim is not undone: the master has written the mark and
+//     may still replicate it. That only raises the mark to a token a holder
+//     presented (and the check admitted), like a claim whose reply was lost.
+//
+// A master cut off from its replicas refuses every claim (no
+// acknowledgement comes), so the old master of a split brain accepts
+// nothing while a new one is elected. Redis's own min-replicas-to-write
+// refuses writes on the master in a similar way, without the per-claim
+// guarantee.
 //
 // High-water keys never expire: an expired mark would let a stale holder
 // in. Each distinct resource costs one small key; delete the key of a
 // resource that no longer exists, never of one that does.
+//
+// # Forged tokens and Reset
+//
+// Before touching Redis, a claim runs the fence's [token.Check]
+// ([token.DefaultCheck], a clock bound, unless FenceOptions.Check says
+// otherwise; add a [token.SequencerCheck] on a [Sequencer] to refuse
+// tokens above the current holder's). A refused token moves nothing.
+// [Fence.Reset] sets a mark by hand — the way back from a mark a forged
+// token raised (possible with [token.NoCheck], or a check the forger got
+// past). It is an operator's tool, not a holder's: anyone who can call it
+// can let a stale holder back in, so keep it out of request paths. Every
+// reset is logged (Warn) through FenceOptions.Logger.
 type Fence struct {
-	client FenceClient
-	prefix string
+	client   FenceClient
+	prefix   string
+	check    token.Check
+	logger   *slog.Logger
+	replicas int
+	timeout  time.Duration
 }
 
-var _ token.Fence = (*Fence)(nil)
+var (
+	_ token.Fence    = (*Fence)(nil)
+	_ token.Resetter = (*Fence)(nil)
+)
 
 // FenceClient is what a Fence needs of a Redis client; every
 // [redis.UniversalClient] satisfies it.
 type FenceClient interface {
 	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
+	Pipeline() redis.Pipeliner
 }
 
-// NewFence returns a Fence storing marks under prefix + "{" + resource + "}"
-// (default prefix "fenceguard:fence:"). The hash tag keeps each resource's
-// key in one cluster slot.
-func NewFence(client FenceClient, prefix string) *Fence {
-	if prefix == "" {
-		prefix = "fenceguard:fence:"
+// FenceOptions configure a [Fence]. Zero fields select defaults.
+type FenceOptions struct {
+	// Prefix starts every mark's key: prefix + "{" + resource + "}". The
+	// hash tag keeps each resource's key in one cluster slot. Default
+	// "fenceguard:fence:".
+	Prefix string
+
+	// Check runs before every claim; nil is [token.DefaultCheck].
+	Check token.Check
+
+	// Logger receives the audit record of every [Fence.Reset]; nil is
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Replicas is how many replicas must acknowledge a claim (or a reset)
+	// before it counts as accepted; see "Consistency" in [Fence]. Zero (or
+	// less): none, and no WAIT.
+	Replicas int
+
+	// ReplicaTimeout bounds the wait for the replicas' acknowledgement.
+	// Default 1s. Keep it below the client's ReadTimeout (go-redis: 3s by
+	// default): the WAIT's reply must arrive within it, or the claim fails
+	// with the client's timeout instead.
+	ReplicaTimeout time.Duration
+}
+
+// ErrNotReplicated is the sentinel every [*ReplicaError] unwraps to.
+var ErrNotReplicated = errors.New("redislock: not acknowledged by enough replicas")
+
+// ReplicaError reports a claim or reset that fewer replicas acknowledged
+// than [FenceOptions.Replicas] asked for, within the timeout. The claim is
+// not accepted; the master has written the mark all the same (see
+// [Fence]). It unwraps to [ErrNotReplicated].
+type ReplicaError struct {
+	Op       string // "claim" or "reset"
+	Resource string
+	Token    token.Token
+	Acked    int // replicas that acknowledged
+	Wanted   int // FenceOptions.Replicas
+}
+
+func (e *ReplicaError) Error() string {
+	return fmt.Sprintf("redislock: %s %q with token %d: %d of %d replicas acknowledged", e.Op, e.Resource, e.Token, e.Acked, e.Wanted)
+}
+
+// Unwrap returns [ErrNotReplicated].
+func (e *ReplicaError) Unwrap() error { return ErrNotReplicated }
+
+// NewFence returns a Fence on client.
+func NewFence(client FenceClient, o FenceOptions) *Fence {
+	if o.Prefix == "" {
+		o.Prefix = "fenceguard:fence:"
 	}
-	return &Fence{client: client, prefix: prefix}
+	if o.ReplicaTimeout <= 0 {
+		o.ReplicaTimeout = time.Second
+	}
+	return &Fence{client: client, prefix: o.Prefix, check: o.Check, logger: o.Logger,
+		replicas: max(o.Replicas, 0), timeout: o.ReplicaTimeout}
 }
 
 func (f *Fence) key(resource string) string { return f.prefix + "{" + resource + "}" }
 
-// Claim implements [token.Fence]. One round trip.
+// Claim implements [token.Fence]: the check, then one round trip (the
+// script, and WAIT in the same pipeline when Replicas is set). Besides
+// [token.StaleError] and the check's refusals, it fails with a
+// [*ReplicaError] when too few replicas acknowledged, and with the server's
+// error (READONLY) on a replica.
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
-	if err := token.CheckClaim(resource, t); err != nil {
+	if err := token.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}
-	res, err := claimScript.Run(ctx, f.client, []string{f.key(resource)}, t.String()).Slice()
+	v, acked, err := f.run(ctx, claimScript, f.key(resource), t.String())
 	if err != nil {
 		return fmt.Errorf("redislock: claim %q: %w", resource, err)
 	}
+	res, _ := v.([]any)
+	if len(res) == 0 {
+		return fmt.Errorf("redislock: claim %q: unexpected reply %v", resource, v)
+	}
 	if ok, _ := res[0].(int64); ok == 1 {
+		if acked < f.replicas {
+			return &ReplicaError{Op: "claim", Resource: resource, Token: t, Acked: acked, Wanted: f.replicas}
+		}
 		return nil
 	}
-	s, _ := res[1].(string)
+	var s string
+	if len(res) == 2 {
+		s, _ = res[1].(string)
+	}
 	cur, err := token.Parse(s)
 	if err != nil {
 		return fmt.Errorf("redislock: claim %q: high-water key holds %q: %w", resource, s, err)
@@ -64,7 +193,40 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 	return &token.StaleError{Resource: resource, Presented: t, Current: cur}
 }
 
-// HighWater returns the highest token resource has accepted, 0 if none.
+// Reset implements [token.Resetter]: it sets resource's mark to to, lower
+// or higher, in one script, and logs the change at Warn level
+// ([token.LogReset], store "redis"). With Replicas set it waits for them
+// like a claim, and fails with a [*ReplicaError] (after logging: the master
+// has the new mark) when too few acknowledged. A key that held something
+// else than a token (written by hand) is replaced all the same; Reset then
+// returns 0 and an error that says what it held.
+func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (token.Token, error) {
+	if err := token.CheckReset(resource, to); err != nil {
+		return 0, err
+	}
+	v, acked, err := f.run(ctx, resetScript, f.key(resource), to.String())
+	if err != nil {
+		return 0, fmt.Errorf("redislock: reset %q: %w", resource, err)
+	}
+	s, _ := v.(string)
+	var prev token.Token
+	if s != "" {
+		if prev, err = token.Parse(s); err != nil {
+			// Not a mark a claim wrote; it is replaced all the same.
+			token.LogReset(ctx, f.logger, "redis", resource, 0, to)
+			return 0, fmt.Errorf("redislock: reset %q: the mark held %q (now %d): %w", resource, s, to, err)
+		}
+	}
+	token.LogReset(ctx, f.logger, "redis", resource, prev, to)
+	if acked < f.replicas {
+		return prev, &ReplicaError{Op: "reset", Resource: resource, Token: to, Acked: acked, Wanted: f.replicas}
+	}
+	return prev, nil
+}
+
+// HighWater returns the highest token resource has accepted, 0 if none. It
+// is a plain read of whatever node the client reaches (a replica's copy may
+// lag); it decides nothing.
 func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
 	s, err := f.client.Get(ctx, f.key(resource)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -74,4 +236,60 @@ func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, er
 		return 0, fmt.Errorf("redislock: high-water %q: %w", resource, err)
 	}
 	return token.Parse(s)
+}
+
+// run runs script on key. With replicas wanted, it sends the script and
+// WAIT in one pipeline on the connection of the key's master, and returns
+// how many replicas acknowledged.
+func (f *Fence) run(ctx context.Context, s *redis.Script, key string, args ...any) (any, int, error) {
+	keys := []string{key}
+	if f.replicas == 0 {
+		v, err := s.Run(ctx, f.client, keys, args...).Result()
+		return v, 0, err
+	}
+	p, err := f.pipeliner(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	v, n, err := f.pipelineWait(ctx, p, func(pipe redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, pipe, keys, args...) })
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Not loaded yet: send the source.
+		v, n, err = f.pipelineWait(ctx, p, func(pipe redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, pipe, keys, args...) })
+	}
+	return v, n, err
+}
+
+// pipelineWait sends the command eval queues, then WAIT, in one pipeline.
+func (f *Fence) pipelineWait(ctx context.Context, p interface{ Pipeline() redis.Pipeliner }, eval func(redis.Pipeliner) *redis.Cmd) (any, int, error) {
+	pipe := p.Pipeline()
+	cmd := eval(pipe)
+	wait := pipe.Do(ctx, "wait", f.replicas, ms(f.timeout)) // 0 would wait for ever
+	_, _ = pipe.Exec(ctx)                                   // each command carries its own error
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT %d: %w", f.replicas, err)
+	}
+	return v, int(n), nil
+}
+
+// pipeliner returns a client on which a pipeline stays on one connection
+// to the master of key, so that WAIT counts the acknowledgements of the
+// script's write: a Cluster client would send the keyless WAIT to any
+// node, a Ring to any shard.
+func (f *Fence) pipeliner(ctx context.Context, key string) (interface{ Pipeline() redis.Pipeliner }, error) {
+	switch c := f.client.(type) {
+	case interface {
+		MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	}:
+		return c.MasterForKey(ctx, key)
+	case interface {
+		GetShardClientForKey(key string) (*redis.Client, error)
+	}:
+		return c.GetShardClientForKey(key)
+	}
+	return f.client, nil
 }

@@ -28,9 +28,17 @@ type Client interface {
 // millisecond resolution.
 const MinTTL = time.Millisecond
 
-// MaxHeal is the largest counter [Locker.Heal] can set: the scripts do
-// arithmetic in Lua doubles, exact up to 2^53.
-const MaxHeal token.Token = 1 << 53
+// MaxToken is the ceiling of redislock's tokens, 2^63−1 (so every token
+// fits a signed 64-bit column, PostgreSQL's bigint among them). The scripts
+// treat tokens as decimal strings, exact over the whole range; a grant that
+// would go past MaxToken fails with an error wrapping a [*token.RangeError]
+// instead. The clock floor is far below it (about 2^50.6 in 2026): only
+// [Locker.Heal] can bring a counter near it.
+const MaxToken = token.MaxInt64
+
+// MaxHeal is the largest target [Locker.Heal] accepts, MaxToken − 1, so
+// that the grant after a heal still gets a token (at most MaxToken).
+const MaxHeal = MaxToken - 1
 
 // ErrClosed is returned by calls on a closed Locker.
 var ErrClosed = errors.New("redislock: locker closed")
@@ -72,7 +80,7 @@ func New(client Client, o Options) (*Locker, error) {
 		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
 	}
 	if o.Prefix == "" {
-		o.Prefix = "fenceguard:lock:"
+		o.Prefix = DefaultPrefix
 	}
 	if o.WaiterTTL == 0 {
 		o.WaiterTTL = 3 * time.Second
@@ -99,13 +107,19 @@ type lockKeys struct {
 	channel string
 }
 
-func (l *Locker) keys(key string) lockKeys {
-	base := l.o.Prefix + "{" + key + "}"
+// DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
+// prefix is empty.
+const DefaultPrefix = "fenceguard:lock:"
+
+func keysFor(prefix, key string) lockKeys {
+	base := prefix + "{" + key + "}"
 	return lockKeys{
 		all:     []string{base, base + ":tok", base + ":q", base + ":qd"},
 		channel: base + ":wake",
 	}
 }
+
+func (l *Locker) keys(key string) lockKeys { return keysFor(l.o.Prefix, key) }
 
 func newID() string {
 	return strconv.FormatUint(rand.Uint64(), 36) + "." + strconv.FormatUint(rand.Uint64(), 36)
@@ -122,38 +136,55 @@ const (
 	handedOver               // granted earlier, by a release's hand-over
 )
 
-// attempt runs the acquire script once. It returns the outcome, the token
-// when granted, and otherwise how long to wait before the next attempt is
-// worth making.
-func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (result, token.Token, time.Duration, error) {
+// outcome is what one run of the acquire script reported.
+type outcome struct {
+	res    result
+	tok    token.Token   // granted, handedOver: the token the lock holds
+	wait   time.Duration // waiting: how long until another attempt is worth making
+	joined bool          // waiting: the waiter was not in the queue and joined it
+}
+
+// rangeErr is the error of a grant the counter, at the ceiling, cannot
+// mint.
+func rangeErr() error {
+	return fmt.Errorf("token counter at its ceiling (delete the counter key, see the package doc): %w",
+		&token.RangeError{What: "redislock counter", Token: MaxToken + 1, Max: MaxToken})
+}
+
+// attempt runs the acquire script once.
+func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, error) {
 	q := "0"
 	if enqueue {
 		q = "1"
 	}
 	res, err := acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
 	if err != nil {
-		return 0, 0, 0, err
+		return outcome{}, err
 	}
-	if len(res) != 2 {
-		return 0, 0, 0, fmt.Errorf("redislock: unexpected acquire reply %v", res)
-	}
-	if ok, _ := res[0].(int64); ok == 0 {
+	code, _ := res[0].(int64)
+	switch {
+	case code == 0 && len(res) == 3:
 		wait, _ := res[1].(int64)
-		return waiting, 0, time.Duration(wait) * time.Millisecond, nil
+		joined, _ := res[2].(int64)
+		return outcome{res: waiting, wait: time.Duration(wait) * time.Millisecond, joined: joined == 1}, nil
+	case code == 3 && len(res) == 2:
+		return outcome{}, rangeErr()
+	case (code == 1 || code == 2) && len(res) == 2:
+		s, _ := res[1].(string)
+		tok, err := token.Parse(s)
+		if err != nil {
+			return outcome{}, fmt.Errorf("redislock: bad token from the acquire script: %w", err)
+		}
+		if code == 2 {
+			return outcome{res: handedOver, tok: tok}, nil
+		}
+		return outcome{res: granted, tok: tok}, nil
 	}
-	s, _ := res[1].(string)
-	tok, err := token.Parse(s)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("redislock: bad token from the acquire script: %w", err)
-	}
-	if ok, _ := res[0].(int64); ok == 2 {
-		return handedOver, tok, 0, nil
-	}
-	return granted, tok, 0, nil
+	return outcome{}, fmt.Errorf("redislock: unexpected acquire reply %v", res)
 }
 
 func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Duration, deadline time.Time) *Lease {
-	return &Lease{l: l, k: k, key: key, id: id, tok: tok, ttl: ttl, deadline: deadline}
+	return &Lease{l: l, k: k, key: key, val: id + "|" + tok.String(), tok: tok, ttl: ttl, deadline: deadline}
 }
 
 // abandon removes what a failed acquire may have left behind — its place
@@ -178,15 +209,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	k, id := l.keys(key), newID()
 	sent := time.Now()
-	res, tok, _, err := l.attempt(ctx, k, id, ttl, false)
+	o, err := l.attempt(ctx, k, id, ttl, false)
 	if err != nil {
 		l.abandon(k, id, ttl) // the grant may have happened and its reply been lost
 		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 	}
-	if res != granted {
+	if o.res != granted {
 		return nil, locks.ErrNotObtained
 	}
-	return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
+	return l.lease(k, key, id, o.tok, ttl, sent.Add(ttl)), nil
 }
 
 // Acquire implements [locks.Locker]. An uncontended acquire is one round
@@ -194,6 +225,14 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // release hands the lock over to it — the wake-up carries the token, so
 // the new holder needs no further round trip — or until the lock's
 // remaining TTL, or its queue heartbeat, is up.
+//
+// A wake-up is taken on trust only while it can belong to nothing but the
+// waiter's current place in the queue. Once the waiter had to join the
+// queue again (its place was handed a grant it never saw, which ran out,
+// or dropped while it was paused), a wake-up may be the news of that old
+// grant, arriving late: from then on every wake-up is checked with a round
+// trip, which returns the grant the lock holds now, with its token, or
+// goes back to waiting.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
 		return nil, err
@@ -215,12 +254,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	// so an uncontended acquire is one round trip.
 	if !l.notify.Subscribed(k.channel) {
 		sent := time.Now()
-		res, tok, _, err := l.attempt(ctx, k, id, ttl, false)
+		o, err := l.attempt(ctx, k, id, ttl, false)
 		if err != nil {
 			return fail(err)
 		}
-		if res == granted {
-			return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
+		if o.res == granted {
+			return l.lease(k, key, id, o.tok, ttl, sent.Add(ttl)), nil
 		}
 	}
 	wake, err := l.notify.Register(ctx, k.channel, id)
@@ -233,41 +272,67 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	defer l.notify.Unregister(k.channel, id)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// A hand-over happens after the last request that found us waiting was
-	// sent: the grant's conservative start. Heartbeats keep it recent.
-	var queuedAt time.Time
+	var (
+		// A hand-over happens after the last request that found us
+		// waiting was sent: the grant's conservative start. Heartbeats
+		// keep it recent.
+		queuedAt time.Time
+		// queued: an attempt has put us in the queue. verify: one had to
+		// put us there again, so a wake-up may be an old grant's.
+		queued, verify bool
+	)
 	heartbeat := min(l.o.WaiterTTL/3, ttl/3)
-	handed := func(tok token.Token) (locks.Lease, error) {
+	// handed returns the lease of a grant a release handed over, dated
+	// from queuedAt; ErrNotHeld when it ran out before we took it.
+	handed := func(tok token.Token) (*Lease, error) {
 		s := l.lease(k, key, id, tok, ttl, queuedAt.Add(ttl))
 		if time.Until(s.Deadline()) < ttl/2 {
 			// The news took long (a pause?): refresh the lease first.
 			if err := s.Renew(ctx); err != nil {
-				return fail(err)
+				return nil, err
 			}
 		}
 		return s, nil
 	}
 	for {
 		sent := time.Now()
-		res, tok, wait, err := l.attempt(ctx, k, id, ttl, true)
+		o, err := l.attempt(ctx, k, id, ttl, true)
 		switch {
 		case err != nil:
 			return fail(err)
-		case res == granted:
-			return l.lease(k, key, id, tok, ttl, sent.Add(ttl)), nil
-		case res == handedOver:
-			return handed(tok)
+		case o.res == granted:
+			return l.lease(k, key, id, o.tok, ttl, sent.Add(ttl)), nil
+		case o.res == handedOver:
+			s, err := handed(o.tok)
+			if err == nil {
+				return s, nil
+			}
+			if !errors.Is(err, locks.ErrNotHeld) {
+				return fail(err)
+			}
+			continue // it ran out meanwhile: queue again
+		}
+		if o.joined {
+			verify = verify || queued
+			queued = true
 		}
 		queuedAt = sent
-		timer.Reset(min(max(wait, time.Millisecond), heartbeat))
+		timer.Reset(min(max(o.wait, time.Millisecond), heartbeat))
 		select {
 		case v := <-wake:
-			if v != "" {
-				tok, err := token.Parse(v)
-				if err != nil {
-					return fail(fmt.Errorf("bad token %q in a hand-over", v))
-				}
-				return handed(tok)
+			if v == "" {
+				continue
+			}
+			tok, err := token.Parse(v)
+			if verify || err != nil {
+				continue // the attempt tells whether, and with which token, we hold the lock
+			}
+			s, err := handed(tok)
+			if err == nil {
+				return s, nil
+			}
+			if !errors.Is(err, locks.ErrNotHeld) {
+				return fail(err)
 			}
 		case <-timer.C:
 		case <-l.notify.Done():
@@ -282,13 +347,19 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // is above it. Call it with [token.StaleError.Current] when a resource
 // refused a token because the counter went back (lost with a restart, and
 // the server clock behind the resource's high-water). It returns the
-// counter after healing. Targets above [MaxHeal] are refused with
-// [locks.ErrInvalid].
+// counter after healing. Targets above [MaxHeal] (MaxToken − 1) are refused
+// with an error wrapping both [locks.ErrInvalid] and a [*token.RangeError],
+// and change nothing: after a heal the next grant still gets a token, at
+// most [MaxToken].
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.Token, error) {
-	if key == "" || to > MaxHeal {
-		return 0, fmt.Errorf("%w: heal %q to %d (max %d)", locks.ErrInvalid, key, to, MaxHeal)
+	if key == "" {
+		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
 	}
-	s, err := healScript.Run(ctx, l.client, l.keys(key).all[1:2], to.String(), ms(l.o.CounterIdle)).Text()
+	if to > MaxHeal {
+		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalid, key, to,
+			&token.RangeError{What: "redislock heal target", Token: to, Max: MaxHeal})
+	}
+	s, err := healScript.Run(ctx, l.client, l.keys(key).all[:2], to.String(), ms(l.o.CounterIdle)).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: heal %q: %w", key, err)
 	}
@@ -297,14 +368,21 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 
 // Issued returns an upper bound of every token granted for key so far: its
 // counter, or the server clock in µs when that is larger. A presented token
-// above it was never issued — resources use this to refuse forged tokens
-// (see package httpmw). One round trip.
+// above it was never issued. One round trip. [Locker.Current] is the
+// tighter bound: a token above the current holder's was not granted yet
+// either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
-	s, err := issuedScript.Run(ctx, l.client, l.keys(key).all[1:2]).Text()
+	s, err := issuedScript.Run(ctx, l.client, l.keys(key).all[:2]).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: issued %q: %w", key, err)
 	}
 	return token.Parse(s)
+}
+
+// Current implements [token.Sequencer] on the Locker's client and prefix;
+// see [Sequencer].
+func (l *Locker) Current(ctx context.Context, key string) (token.Token, error) {
+	return current(ctx, l.client, l.o.Prefix, key)
 }
 
 // Lease is a redislock grant. It implements [locks.Lease].
@@ -312,7 +390,7 @@ type Lease struct {
 	l   *Locker
 	k   lockKeys
 	key string
-	id  string // the value stored in the lock key: this grant's identity
+	val string // the value stored in the lock key, "id|token": this grant's identity
 	tok token.Token
 	ttl time.Duration
 
@@ -339,7 +417,8 @@ func (s *Lease) Deadline() time.Time {
 	return s.deadline
 }
 
-// Renew implements [locks.Lease]. One round trip.
+// Renew implements [locks.Lease]. One round trip; it extends the lock only
+// while it still holds this very grant.
 func (s *Lease) Renew(ctx context.Context) error {
 	s.mu.Lock()
 	released := s.released
@@ -348,7 +427,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 		return locks.NotHeldError("renew", s.key, s.tok)
 	}
 	sent := time.Now()
-	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.id, ms(s.ttl)).Int()
+	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.ttl)).Int()
 	if err != nil {
 		return fmt.Errorf("redislock: renew %q: %w", s.key, err)
 	}
@@ -362,14 +441,15 @@ func (s *Lease) Renew(ctx context.Context) error {
 }
 
 // Release implements [locks.Lease]. One round trip, which also wakes the
-// next waiter.
+// next waiter; it releases the lock only while it still holds this very
+// grant.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.id, s.k.channel, ms(s.l.o.CounterIdle)).Int()
+	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, ms(s.l.o.CounterIdle)).Int()
 	if err != nil {
 		return fmt.Errorf("redislock: release %q: %w", s.key, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -21,6 +22,8 @@ import (
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }
+
+var discard = slog.New(slog.DiscardHandler)
 
 func newClient(t testing.TB, addr string) *redis.Client {
 	t.Helper()
@@ -356,8 +359,9 @@ func TestHeal(t *testing.T) {
 	if got, err := l.Heal(ctx, "k", 5); err != nil || got <= hw {
 		t.Fatalf("Heal to 5 = %d, %v; want the counter left above %d", got, err, hw)
 	}
-	if _, err := l.Heal(ctx, "k", redislock.MaxHeal+1); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("Heal beyond 2^53 = %v, want ErrInvalid", err)
+	var re *token.RangeError
+	if _, err := l.Heal(ctx, "k", redislock.MaxHeal+1); !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
+		t.Fatalf("Heal to the ceiling = %v, want ErrInvalid and a RangeError", err)
 	}
 }
 
@@ -390,9 +394,9 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 // The contract, with tokens beyond 2^53 (where Lua's doubles could not tell
 // neighbours apart; the script compares strings).
 func TestFenceConformance(t *testing.T) {
-	fencetest.Run(t, func(t *testing.T, _ token.Check) fencetest.Subject {
+	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		db := servers.Redis(t)
-		f := redislock.NewFence(newClient(t, db.Addr), db.Prefix)
+		f := redislock.NewFence(newClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix, Check: check, Logger: discard})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
 }
@@ -413,7 +417,7 @@ func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
 	var all []claim
 	var wg sync.WaitGroup
 	for range 8 {
-		f := redislock.NewFence(newClient(t, db.Addr), db.Prefix)
+		f := redislock.NewFence(newClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 		wg.Go(func() {
 			for range 150 {
 				tok := token.Token(1 + rand.IntN(2000))
@@ -443,7 +447,7 @@ func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
 			}
 		}
 	}
-	f := redislock.NewFence(newClient(t, db.Addr), db.Prefix)
+	f := redislock.NewFence(newClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	if hw, err := f.HighWater(ctx, "r"); err != nil || hw != maxTok {
 		t.Fatalf("final high-water %d, %v; want the largest presented, %d", hw, err, maxTok)
 	}

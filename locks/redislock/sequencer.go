@@ -1,0 +1,100 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Sequencer is the [token.Sequencer] of redislock's locks: a resource asks
+// it which token a lock stands at, to refuse tokens above the current
+// holder's ([token.SequencerCheck]). It needs only a client — a resource
+// need not run a [Locker] — and holds nothing to close. It is safe for
+// concurrent use.
+//
+// [Sequencer.Current] answers, in one round trip (one script on the lock's
+// node):
+//
+//   - while the lock is held, the token of the grant that holds it — the
+//     lock's value carries it;
+//   - while it is free, the key's token counter, or the server clock in µs
+//     when that is larger. That is at least every token granted so far (the
+//     counter is the last one minted; a counter that was lost or expired
+//     was at most the clock when it was written) and at most the next
+//     grant's, which is max(counter + 1, clock).
+//
+// Waiters have no token until a release hands them the lock (it mints the
+// token then), so a resource that refuses tokens above the answer refuses
+// every token that was not granted yet: a forger can at most act as the
+// current holder, never lock out the queue.
+//
+// # Why answers never decrease
+//
+// On one Redis node the answers for a key form a sequence that does not go
+// down, on the same assumption as the tokens themselves (see "What the
+// token guarantees" in the package doc):
+//
+//   - held, then handed over or granted again: the next grant's token is
+//     max(counter + 1, clock), above the counter, which is at least the
+//     previous holder's token;
+//   - held, then free (released, or expired): the counter is still at
+//     least the last holder's token, and the clock only grows;
+//   - free, then held: the grant's token is max(counter + 1, clock) at a
+//     later instant, at least the earlier max(counter, clock);
+//   - the counter lost (restart without persistence, FLUSHALL, CounterIdle
+//     expiry) or healed: the answer is at least the clock, and every token
+//     minted from the clock is below a later reading of it; a heal only
+//     raises the counter.
+//
+// What breaks it is what breaks the tokens: a counter that ran ahead of the
+// clock (by [Locker.Heal]) lost while the clock is still behind it, a
+// server clock stepped back, or a failover to a replica that had not
+// received the last grants (it can bring back an older holder's lock
+// value, and so an older holder's token, until that grant ends).
+// [token.SequencerCheck] caches the largest answer it has seen, so such a
+// dip only refuses tokens it had not admitted before.
+type Sequencer struct {
+	client redis.Scripter
+	prefix string
+}
+
+var _ token.Sequencer = (*Sequencer)(nil)
+
+// NewSequencer returns a Sequencer for the locks a [Locker] with the same
+// prefix ([Options.Prefix]; empty: [DefaultPrefix]) keeps on client's
+// deployment.
+func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Sequencer{client: client, prefix: prefix}
+}
+
+// Current implements [token.Sequencer]. It fails with [locks.ErrInvalid]
+// for an empty key; network and server errors are returned wrapped (and
+// [token.SequencerCheck] then refuses the claim).
+func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
+	return current(ctx, s.client, s.prefix, key)
+}
+
+func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.Token, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: current: empty key", locks.ErrInvalid)
+	}
+	if c == nil {
+		return 0, fmt.Errorf("%w: current %q: nil client", locks.ErrInvalid, key)
+	}
+	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).all[:2]).Text()
+	if err != nil {
+		return 0, fmt.Errorf("redislock: current %q: %w", key, err)
+	}
+	t, err := token.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("redislock: current %q: %w", key, err)
+	}
+	return t, nil
+}
