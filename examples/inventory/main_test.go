@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
 // mainEnv makes the test binary run as the inventory command, so the tests

@@ -84,8 +84,8 @@
 //     three-member cluster, the only member c1 talks to, is killed; the
 //     others elect a new leader, which lets c1's lease expire; the member is
 //     restarted after. ZooKeeper: SIGKILL and restart with its data.
-//   - partition: c1's connections to the lock service, through an in-process
-//     toxiproxy, are cut, then restored.
+//   - partition: c1's connections to the lock service, through the
+//     harness's in-process proxy, are cut, then restored.
 //   - delay: the lock service's replies to c1 are held back 3 TTLs.
 //   - clock: c1's guard clock stands still (a clock stepped back, again and
 //     again): no renewal, no local deadline, c1 believes its lease is live

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/integration/internal/history"
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
 func TestMain(m *testing.M) {

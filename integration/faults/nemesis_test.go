@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
 // The nemeses. Each makes the victim, c1, lose its lock while it sits

@@ -21,7 +21,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/integration/internal/history"
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/zklock"

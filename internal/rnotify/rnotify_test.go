@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
 	"github.com/fenceguard/fenceguard/internal/rnotify"
+	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }

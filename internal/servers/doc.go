@@ -74,9 +74,8 @@
 // Server processes get SIGKILL from the kernel when the test binary dies
 // (Linux parent-death signal), so even a crash or a test timeout leaves no
 // server running. Their directories are removed by Main, or, after a crash, by
-// the next Main on the machine (a lock file tells live owners from dead ones;
-// integration/servers uses the same directories and lock, so each sweeps the
-// other's dead runs). The System V shared memory of a killed PostgreSQL is
+// the next Main on the machine (a lock file tells live owners from dead
+// ones). The System V shared memory of a killed PostgreSQL is
 // removed with them (on 64-bit Linux; elsewhere it stays, see ipcs -m). On
 // SIGINT or SIGTERM Main stops everything before exiting.
 //

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/fenceguard/fenceguard/internal/servers/internal/ports"
+	"github.com/fenceguard/fenceguard/internal/ports"
 )
 
 // fakeTB records what unavailable decided instead of ending the test.

@@ -76,7 +76,12 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		}
 	}()
 
-	code := m.Run()
+	code := 1
+	if err := prepareExamples(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
 
 	signal.Stop(sigc)
 	close(quit)

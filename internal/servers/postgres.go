@@ -37,16 +37,25 @@ func Postgres(t testing.TB) *PG {
 // drops it when the test ends.
 func newDatabase(t testing.TB, sh pgShared) *PG {
 	t.Helper()
-	db := "fg_" + runID + "_" + strconv.FormatInt(seq.Add(1), 10)
-	if err := pgAdmin(sh.admin, "CREATE DATABASE "+pgwire.QuoteIdentifier(db)); err != nil {
-		t.Fatalf("servers: creating database %s: %v", db, err)
+	pg, err := createDatabase(sh)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := pgDropDatabase(sh.admin, db); err != nil {
-			t.Logf("servers: dropping database %s: %v", db, err)
+		if err := pgDropDatabase(sh.admin, pg.Database); err != nil {
+			t.Logf("servers: dropping database %s: %v", pg.Database, err)
 		}
 	})
-	return &PG{DSN: withDatabase(sh.admin, db), Database: db, Server: sh.server}
+	return pg
+}
+
+// createDatabase makes a fresh database on sh.
+func createDatabase(sh pgShared) (*PG, error) {
+	db := "fg_" + runID + "_" + strconv.FormatInt(seq.Add(1), 10)
+	if err := pgAdmin(sh.admin, "CREATE DATABASE "+pgwire.QuoteIdentifier(db)); err != nil {
+		return nil, fmt.Errorf("servers: creating database %s: %w", db, err)
+	}
+	return &PG{DSN: withDatabase(sh.admin, db), Database: db, Server: sh.server}, nil
 }
 
 type pgShared struct {

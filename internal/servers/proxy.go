@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers/internal/ports"
+	"github.com/fenceguard/fenceguard/internal/ports"
 )
 
 // Proxy is an in-process TCP proxy in front of one server, so a test can

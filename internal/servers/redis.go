@@ -65,6 +65,19 @@ type redisPool struct {
 
 func (p *redisPool) get(t testing.TB, n int) ([]string, []*Server) {
 	t.Helper()
+	addrs, srvs, skip, err := p.load(n)
+	if skip != "" {
+		unavailable(t, skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs, srvs
+}
+
+// load is get without a test: skip says why no server is available, err
+// that starting one failed.
+func (p *redisPool) load(n int) (addrs []string, srvs []*Server, skip string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.resolved {
@@ -79,10 +92,10 @@ func (p *redisPool) get(t testing.TB, n int) ([]string, []*Server) {
 	}
 	switch p.src {
 	case srcNone:
-		unavailable(t, noServerMsg("Redis", EnvRedisAddrs, "redis-server"))
+		return nil, nil, noServerMsg("Redis", EnvRedisAddrs, "redis-server"), nil
 	case srcEnv:
 		if len(p.addrs) < n {
-			unavailable(t, fmt.Sprintf("servers: test needs %d Redis servers, %s lists %d", n, EnvRedisAddrs, len(p.addrs)))
+			return nil, nil, fmt.Sprintf("servers: test needs %d Redis servers, %s lists %d", n, EnvRedisAddrs, len(p.addrs)), nil
 		}
 	case srcLocal:
 		if p.err == nil && len(p.addrs) < n {
@@ -94,9 +107,9 @@ func (p *redisPool) get(t testing.TB, n int) ([]string, []*Server) {
 		}
 	}
 	if p.err != nil {
-		t.Fatal(p.err)
+		return nil, nil, "", p.err
 	}
-	return p.addrs[:n], p.srvs[:n]
+	return p.addrs[:n], p.srvs[:n], "", nil
 }
 
 // NewRedis starts a Redis server for the calling test alone, to inject faults

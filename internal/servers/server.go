@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers/internal/ports"
+	"github.com/fenceguard/fenceguard/internal/ports"
 )
 
 // Errors returned by the fault methods of [Server]; test them with errors.Is.

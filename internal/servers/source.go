@@ -154,13 +154,7 @@ type slot[T any] struct {
 func (s *slot[T]) get(t testing.TB, init func() (T, string, error)) T {
 	t.Helper()
 	requireMain(t)
-	s.mu.Lock()
-	if !s.done {
-		s.val, s.skip, s.err = init()
-		s.done = true
-	}
-	val, skip, err := s.val, s.skip, s.err
-	s.mu.Unlock()
+	val, skip, err := s.load(init)
 	if skip != "" {
 		unavailable(t, skip)
 	}
@@ -168,6 +162,18 @@ func (s *slot[T]) get(t testing.TB, init func() (T, string, error)) T {
 		t.Fatal(err)
 	}
 	return val
+}
+
+// load is get without a test: it starts the server on first use and
+// returns it, or why there is none (skip), or why starting it failed.
+func (s *slot[T]) load(init func() (T, string, error)) (T, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		s.val, s.skip, s.err = init()
+		s.done = true
+	}
+	return s.val, s.skip, s.err
 }
 
 // dedicated registers a dedicated server's teardown with the test.

@@ -31,8 +31,8 @@ func ZooKeeper(t testing.TB) *ZK {
 	t.Helper()
 	sh := sharedZK.get(t, startSharedZK)
 	chroot := "/fg/" + namespace(t)
-	if err := zkDo(sh.addrs, func(ctx context.Context, c *zkwire.Conn) error { return c.CreateAll(ctx, chroot) }); err != nil {
-		t.Fatalf("servers: creating chroot %s: %v", chroot, err)
+	if err := zkCreateChroot(sh.addrs, chroot); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := zkDo(sh.addrs, func(ctx context.Context, c *zkwire.Conn) error { return c.DeleteAll(ctx, chroot) }); err != nil {
@@ -190,4 +190,12 @@ func zkDo(addrs []string, fn func(context.Context, *zkwire.Conn) error) error {
 	}
 	defer c.Close()
 	return fn(ctx, c)
+}
+
+// zkCreateChroot creates chroot and its parents.
+func zkCreateChroot(addrs []string, chroot string) error {
+	if err := zkDo(addrs, func(ctx context.Context, c *zkwire.Conn) error { return c.CreateAll(ctx, chroot) }); err != nil {
+		return fmt.Errorf("servers: creating chroot %s: %w", chroot, err)
+	}
+	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/fenceguard/fenceguard/integration/servers/embedetcd"
+	"github.com/fenceguard/fenceguard/integration/embedetcd"
 	"github.com/fenceguard/fenceguard/internal/lockbench"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
@@ -22,7 +22,10 @@ import (
 	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) {
+	servers.ExamplesNeed(servers.KindEtcd)
+	servers.Main(m)
+}
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
@@ -66,8 +69,7 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 	})
 }
 
-func TestConformanceEtcd34(t *testing.T)   { conformance(t, servers.Etcd) }
-func TestConformanceEmbedded(t *testing.T) { conformance(t, servers.EtcdEmbedded) }
+func TestConformanceEtcd34(t *testing.T) { conformance(t, servers.Etcd) }
 
 // A late or retried release of an old grant must not delete a newer grant
 // made with the same lease. (etcd's own Mutex names its key after the lease,
@@ -76,7 +78,7 @@ func TestConformanceEmbedded(t *testing.T) { conformance(t, servers.EtcdEmbedded
 // grant's ownership test — its key still there with its create revision —
 // which must fail for the old grant even though its lease lives on.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -115,7 +117,7 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 // context, the next holder gets a larger token, and the cut holder's release
 // does not touch the new grant.
 func TestHolderCutOffPastTTL(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	proxy := servers.NewProxy(t, d.Endpoints[0])
 	cutOff := newLocker(t, newClient(t, []string{proxy.Addr()}), d.Prefix)
 	other := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
@@ -240,7 +242,7 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 // Waiters are served in the order they queued (create revision), across
 // clients.
 func TestWaitersServedInArrivalOrder(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
 	first, err := newLocker(t, c, d.Prefix).Acquire(ctx, "k", 10*time.Second)
@@ -294,7 +296,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // The guard learns of a deleted key from the watch, at once, not at its
 // next renewal.
 func TestLossReportedAtOnce(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	g, err := guard.New(newLocker(t, c, d.Prefix), guard.Options{TTL: 30 * time.Second})
 	if err != nil {
@@ -319,7 +321,7 @@ func TestLossReportedAtOnce(t *testing.T) {
 }
 
 func TestIssuedBoundsTokens(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	ctx := ctxFor(t, time.Minute)
 	lease, err := l.Acquire(ctx, "k", 10*time.Second)
@@ -335,7 +337,7 @@ func TestIssuedBoundsTokens(t *testing.T) {
 
 func TestFenceConformance(t *testing.T) {
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
-		d := servers.EtcdEmbedded(t)
+		d := servers.Etcd(t)
 		f := etcdlock.NewFence(newClient(t, d.Endpoints), etcdlock.FenceOptions{
 			Prefix: d.Prefix + "fence/", Check: check, Logger: slog.New(slog.DiscardHandler),
 		})
@@ -347,7 +349,7 @@ func TestFenceConformance(t *testing.T) {
 // and both marks; a mark key holding something other than a mark is
 // repaired all the same, and the error says what it held.
 func TestFenceResetAudited(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	var mu sync.Mutex
 	var records []string

@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/integration/servers/embedetcd"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -18,15 +18,11 @@ import (
 // A resource fenced by an etcd Fence refuses, with the sequencer check,
 // every token above the lock's current grant: a client that makes up a
 // token can at worst act as the current holder, never lock out the holders
-// queued behind it. (An in-process etcd stands in for the cluster.)
+// queued behind it.
 func ExampleNewSequencer() {
 	ctx := context.Background()
-	srv, err := embedetcd.Start(ctx, embedetcd.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), Logger: zap.NewNop()})
+	etcd := servers.ExampleEtcd() // the test's etcd; yours is your cluster's endpoints
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, Logger: zap.NewNop()})
 	if err != nil {
 		log.Fatal(err)
 	}

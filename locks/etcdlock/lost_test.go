@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
@@ -121,7 +121,7 @@ func releaseAfterHeal(ctx context.Context, t *testing.T, lease locks.Lease) {
 // The watch behind Lost ending for a reason of the client's own — here the
 // client is closed — leaves nothing that would report a loss: Lost closes.
 func TestLostWhenWatchEnds(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -142,7 +142,7 @@ func TestLostWhenWatchEnds(t *testing.T) {
 // Release ends the watch behind Lost and its goroutine before it returns,
 // and the channel stays open once it has.
 func TestReleaseEndsLostWatch(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)

@@ -12,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -156,7 +156,7 @@ func forgeryFences(t *testing.T, d *servers.EtcdDB, c *clientv3.Client) map[stri
 // every token above the holder's are refused; the holder and then both
 // waiters, in turn, get through.
 func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
 		t.Run(name, func(t *testing.T) {
@@ -173,7 +173,7 @@ func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
 // the forger in and locks both queued waiters out — the test above would
 // fail with it.
 func TestIssuedIsNoBoundForForgeries(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
 		t.Run(name, func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestIssuedIsNoBoundForForgeries(t *testing.T) {
 // of the read when it is free: at least every earlier grant, below every
 // later one. It never decreases.
 func TestSequencerCurrent(t *testing.T) {
-	d := servers.EtcdEmbedded(t)
+	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	seq := etcdlock.NewSequencer(c, d.Prefix)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -23,7 +23,7 @@ import (
 // through the replica. Before the fix the replica's script saw its mark 5,
 // equal, wrote nothing and accepted.
 func TestFenceOnReplicaFailsClosed(t *testing.T) {
-	r := servers.NewRedisReplication(t)
+	r := servers.NewRedisReplica(t, servers.NewRedis(t))
 	ctx := ctxFor(t, time.Minute)
 	master := redislock.NewFence(newClient(t, r.Master.Addr()), redislock.FenceOptions{})
 	replica := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{})
@@ -99,7 +99,7 @@ func (h *history) claim(t *testing.T, f *redislock.Fence, where string, tok toke
 // replica is cut off, so no acknowledged claim is lost.
 func TestFenceFailover(t *testing.T) {
 	run := func(t *testing.T, replicas int) (*history, error) {
-		r := servers.NewRedisReplication(t)
+		r := servers.NewRedisReplica(t, servers.NewRedis(t))
 		master := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: replicas})
 		var h history
 		if err := h.claim(t, master, "on the master", 5); err != nil {
@@ -149,7 +149,7 @@ func TestFenceFailover(t *testing.T) {
 // With the replicas connected, claims wait for them and are accepted,
 // equal ones too; stale ones are refused.
 func TestFenceReplicasAcknowledge(t *testing.T) {
-	r := servers.NewRedisReplication(t)
+	r := servers.NewRedisReplica(t, servers.NewRedis(t))
 	ctx := ctxFor(t, time.Minute)
 	f := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: 1, Logger: discard})
 	replica := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{})

@@ -15,8 +15,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/integration/servers"
 	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redlock"
 )
 

@@ -4,7 +4,7 @@
 //
 // [OpenStore] in "auto" mode is the zero-setup path: PostgreSQL from the
 // database URL (DATABASE_URL), else a throwaway local PostgreSQL server when
-// its binaries are installed (integration/servers.StartPostgres: a temporary
+// its binaries are installed (the test harness's StartPostgres: a temporary
 // directory, a free loopback port, the postgres user when run as root;
 // removed on Close), else the in-memory store, with a notice saying what was
 // skipped and why.

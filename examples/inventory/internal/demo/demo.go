@@ -12,7 +12,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
-	"github.com/fenceguard/fenceguard/integration/servers/embedetcd"
+	"github.com/fenceguard/fenceguard/integration/embedetcd"
 )
 
 // Errors Main returns when the demo shows the wrong thing; test with errors.Is.

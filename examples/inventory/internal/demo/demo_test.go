@@ -22,7 +22,7 @@ import (
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -53,7 +53,7 @@ func testCommand(args []string) *exec.Cmd {
 // short is a run short enough to repeat: 3 workers, 8 units, 2 s leases
 // (etcd's minimum), a 2.2 s freeze.
 func short(t *testing.T) Options {
-	etcd := servers.EtcdEmbedded(t)
+	etcd := servers.Etcd(t)
 	return Options{
 		Workers:     3,
 		Stock:       8,

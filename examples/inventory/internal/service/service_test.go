@@ -17,7 +17,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/integration/servers"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/token"
 )
 

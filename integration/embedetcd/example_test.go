@@ -8,7 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/integration/servers/embedetcd"
+	"github.com/fenceguard/fenceguard/integration/embedetcd"
 )
 
 func Example() {

@@ -1,7 +1,8 @@
 // Package embedetcd runs a single-member etcd v3 server inside the calling
 // process (go.etcd.io/etcd/server/v3/embed), on free loopback ports, with quiet
-// logs. It is the zero-install lock service of the inventory demo and the
-// in-process etcd of the test harness (servers.EtcdEmbedded).
+// logs. It is the zero-install lock service of the inventory demo, and the
+// etcd 3.7 the integration tests run the etcd locker against next to the
+// Debian etcd 3.4 binary the library's own tests use.
 //
 // [Start] returns once the server answers; [Server.Close] stops it, waits until
 // every goroutine of the server has ended and removes the temporary data
@@ -22,7 +23,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/integration/servers/internal/ports"
+	"github.com/fenceguard/fenceguard/internal/ports"
 )
 
 // Options configures [Start]. The zero value is ready to use.

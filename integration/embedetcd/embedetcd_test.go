@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/integration/servers/embedetcd"
+	"github.com/fenceguard/fenceguard/integration/embedetcd"
 )
 
 // Close must stop every goroutine the embedded server started.
