@@ -3,6 +3,10 @@
 // whose payload is that id, or that id followed by "|" and a value, wakes
 // that waiter only and hands it the value; the payload [Everyone] wakes
 // every waiter on the channel.
+//
+// It imports no Redis client, so that it can live in the core module and
+// serve every Redis-based locker: the locker opens the connection and
+// reads its messages for it ([Client]).
 package rnotify
 
 import (
@@ -11,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Everyone is the payload that wakes every waiter on a channel.
@@ -21,20 +23,44 @@ const Everyone = "*"
 // ErrClosed is returned by Register after Close.
 var ErrClosed = errors.New("notifier closed")
 
-// Subscriber is what a Notifier needs of a Redis client.
-type Subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+// PubSub is one pub/sub connection. go-redis's *redis.PubSub satisfies it.
+// Receive returns the next message, confirmation or reply, which the
+// Client's Decode reads.
+type PubSub interface {
+	Subscribe(ctx context.Context, channels ...string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+	Receive(ctx context.Context) (any, error)
+	Close() error
+}
+
+// Event is what Decode makes of something Receive returned.
+type Event struct {
+	// Message: Payload was published on Channel.
+	Message bool
+	// Subscribed: the server confirmed a SUBSCRIBE of Channel.
+	Subscribed bool
+	Channel    string
+	Payload    string
+}
+
+// Client is what a Notifier needs of a Redis client: Open opens the
+// pub/sub connection (with go-redis: client.Subscribe(ctx)), Decode reads
+// what its Receive returns (anything else than a message or a subscribe
+// confirmation is the zero Event, and ignored).
+type Client struct {
+	Open   func(ctx context.Context) PubSub
+	Decode func(msg any) Event
 }
 
 // Notifier dispatches pub/sub messages to waiters. It starts one reader
 // goroutine on first use; Close stops it and waits for it.
 type Notifier struct {
-	client Subscriber
+	client Client
 	done   chan struct{} // closed by Close
 	exited chan struct{} // closed when the reader returns
 
 	mu      sync.Mutex
-	ps      *redis.PubSub              // guarded by mu; nil until first needed
+	ps      PubSub                     // guarded by mu; nil until first needed
 	closed  bool                       // guarded by mu
 	pending map[string][]chan struct{} // guarded by mu; confirmations awaited, in SUBSCRIBE order
 	waiters map[string]chan string     // guarded by mu; waiter id → its wake-up
@@ -48,7 +74,7 @@ func (n *Notifier) readyLocked(channel string) bool {
 }
 
 // New returns a Notifier on c.
-func New(c Subscriber) *Notifier {
+func New(c Client) *Notifier {
 	return &Notifier{
 		client:  c,
 		done:    make(chan struct{}),
@@ -73,7 +99,7 @@ func (n *Notifier) Register(ctx context.Context, channel, id string) (<-chan str
 		return nil, ErrClosed
 	}
 	if n.ps == nil {
-		n.ps = n.client.Subscribe(context.WithoutCancel(ctx))
+		n.ps = n.client.Open(context.WithoutCancel(ctx))
 		go n.read(n.ps)
 	}
 	wake := make(chan string, 1)
@@ -148,7 +174,7 @@ func (n *Notifier) unregisterLocked(channel, id string) {
 }
 
 // read dispatches messages until the notifier closes.
-func (n *Notifier) read(ps *redis.PubSub) {
+func (n *Notifier) read(ps PubSub) {
 	defer close(n.exited)
 	backoff := 10 * time.Millisecond
 	for {
@@ -172,8 +198,8 @@ func (n *Notifier) read(ps *redis.PubSub) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
+		switch m := n.client.Decode(msg); {
+		case m.Message:
 			n.mu.Lock()
 			if m.Payload == Everyone {
 				for id := range n.byChan[m.Channel] {
@@ -186,10 +212,7 @@ func (n *Notifier) read(ps *redis.PubSub) {
 				}
 			}
 			n.mu.Unlock()
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
+		case m.Subscribed:
 			n.mu.Lock()
 			if p := n.pending[m.Channel]; len(p) > 0 {
 				close(p[0])

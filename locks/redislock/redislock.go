@@ -91,7 +91,7 @@ func New(client Client, o Options) (*Locker, error) {
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
 	}
-	return &Locker{client: client, o: o, notify: rnotify.New(client)}, nil
+	return &Locker{client: client, o: o, notify: notifier(client)}, nil
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with

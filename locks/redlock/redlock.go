@@ -132,7 +132,7 @@ func New(nodes []Client, o Options) (*Locker, error) {
 		if c == nil {
 			return nil, fmt.Errorf("%w: node %d is nil", locks.ErrInvalid, i)
 		}
-		l.notify = append(l.notify, rnotify.New(c))
+		l.notify = append(l.notify, notifier(c))
 	}
 	return l, nil
 }

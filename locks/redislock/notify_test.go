@@ -1,4 +1,4 @@
-package rnotify_test
+package redislock
 
 import (
 	"context"
@@ -7,21 +7,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
-
-// Subscribed follows the channel's waiters and its confirmations, also when
-// the last waiter leaves and a new one comes at once (an UNSUBSCRIBE and a
-// new SUBSCRIBE in flight): a registration returns only once its own
-// SUBSCRIBE is confirmed, and then receives what is published.
-func TestRegisterAfterTheLastWaiterLeft(t *testing.T) {
+// The notifier (internal/rnotify, here on go-redis) follows the channel's
+// waiters and its confirmations, also when the last waiter leaves and a new
+// one comes at once (an UNSUBSCRIBE and a new SUBSCRIBE in flight): a
+// registration returns only once its own SUBSCRIBE is confirmed, and then
+// receives what is published.
+func TestNotifierRegisterAfterTheLastWaiterLeft(t *testing.T) {
 	db := servers.Redis(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
 	t.Cleanup(func() { c.Close() })
-	n := rnotify.New(c)
+	n := notifier(c)
 	t.Cleanup(func() { n.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
