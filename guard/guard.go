@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -38,7 +36,7 @@ type Options struct {
 
 	// Clock drives renewals and the local deadline. Default: the real
 	// clock. Tests inject a fake one to jump time.
-	Clock clockwork.Clock
+	Clock Clock
 
 	// Observer, when set, is called synchronously for every [Event]. It
 	// must be quick and must not call back into the Guard. Package
@@ -82,7 +80,7 @@ func New(l locks.Locker, o Options) (*Guard, error) {
 		o.MaxBackoff = time.Second
 	}
 	if o.Clock == nil {
-		o.Clock = clockwork.NewRealClock()
+		o.Clock = realClock{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -207,7 +205,7 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		}
-		g.observe(Event{Kind: AcquireFailed, Key: key, Duration: g.o.Clock.Since(start), Err: err})
+		g.observe(Event{Kind: AcquireFailed, Key: key, Duration: g.o.Clock.Now().Sub(start), Err: err})
 		return nil, fmt.Errorf("guard: acquire %q: %w", key, err)
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/internal/fakeclock"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -270,7 +270,7 @@ func TestRenewalFailuresLoseAtLocalDeadline(t *testing.T) {
 	f := &faulty{Locker: memlock.New()}
 	unreachable := errors.New("dial tcp: connection refused")
 	f.renewErr.Store(&unreachable)
-	clock := clockwork.NewFakeClock()
+	clock := fakeclock.New(time.Date(1984, time.April, 4, 0, 0, 0, 0, time.UTC))
 	var ev events
 	const ttl = 30 * time.Second
 	g := newGuard(t, f, guard.Options{TTL: ttl, Clock: clock, Observer: ev.observe})
@@ -281,7 +281,7 @@ func TestRenewalFailuresLoseAtLocalDeadline(t *testing.T) {
 	}
 	defer lease.Release(ctx)
 	// Waiters: the deadline timer and the renewal timer.
-	if err := clock.BlockUntilContext(ctx, 2); err != nil {
+	if err := clock.BlockUntil(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(ttl / 3) // first renewal: fails
@@ -314,14 +314,14 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 	f := &faulty{Locker: memlock.New()}
 	refused := locks.NotHeldError("renew", "k", 1)
 	f.renewErr.Store(&refused)
-	clock := clockwork.NewFakeClock()
+	clock := fakeclock.New(time.Date(1984, time.April, 4, 0, 0, 0, 0, time.UTC))
 	g := newGuard(t, f, guard.Options{TTL: 30 * time.Second, Clock: clock})
 	ctx := testCtx(t)
 	lease, err := g.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := clock.BlockUntilContext(ctx, 2); err != nil {
+	if err := clock.BlockUntil(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(10 * time.Second)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/token"
@@ -86,7 +85,7 @@ type hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	since  time.Time       // on the Guard's clock
-	timer  clockwork.Timer // fires at the local deadline
+	timer  Timer           // fires at the local deadline
 	done   chan struct{}   // closed when the keep-alive goroutine exits
 
 	mu       sync.Mutex
@@ -148,7 +147,7 @@ func (h *hold) keepAlive() {
 		case h.ctx.Err() != nil:
 			return // released or lost meanwhile; the renewal does not count
 		case err == nil:
-			h.renewed(o.Clock.Since(start))
+			h.renewed(o.Clock.Now().Sub(start))
 			t.Reset(o.RenewInterval)
 		case errors.Is(err, locks.ErrNotHeld):
 			h.lose(err)
@@ -157,7 +156,7 @@ func (h *hold) keepAlive() {
 			h.mu.Lock()
 			h.lastErr = err
 			h.mu.Unlock()
-			h.g.observe(Event{Kind: RenewFailed, Key: h.lease.Key(), Token: h.lease.Token(), Duration: o.Clock.Since(start), Err: err})
+			h.g.observe(Event{Kind: RenewFailed, Key: h.lease.Key(), Token: h.lease.Token(), Duration: o.Clock.Now().Sub(start), Err: err})
 			// Retry sooner; the deadline timer ends the lease if this
 			// goes on too long.
 			t.Reset(max(o.RenewInterval/4, time.Millisecond))
@@ -195,7 +194,7 @@ func (h *hold) lose(reason error) {
 	h.mu.Unlock()
 	err := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: reason}
 	h.cancel(err)
-	h.g.observe(Event{Kind: Lost, Key: err.Key, Token: err.Token, Duration: h.g.o.Clock.Since(h.since), Err: err})
+	h.g.observe(Event{Kind: Lost, Key: err.Key, Token: err.Token, Duration: h.g.o.Clock.Now().Sub(h.since), Err: err})
 }
 
 func (h *hold) release(ctx context.Context) error {
@@ -217,7 +216,7 @@ func (h *hold) release(ctx context.Context) error {
 		// lock sooner if the server still had it.
 		return context.Cause(h.ctx)
 	}
-	held := h.g.o.Clock.Since(h.since)
+	held := h.g.o.Clock.Now().Sub(h.since)
 	if errors.Is(err, locks.ErrNotHeld) {
 		lostErr := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: err}
 		h.g.observe(Event{Kind: Lost, Key: lostErr.Key, Token: lostErr.Token, Duration: held, Err: lostErr})

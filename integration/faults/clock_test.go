@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/fenceguard/fenceguard/internal/fakeclock"
 )
 
 // stepClock is the clock a client's guard runs on: it follows the real clock
@@ -15,7 +15,7 @@ import (
 // for as long as the clock stands, while the lock service counts real time.
 // Started again, it jumps to the real time and fires what fell due.
 type stepClock struct {
-	*clockwork.FakeClock
+	*fakeclock.Clock
 
 	mu      sync.Mutex // serializes moving the fake clock
 	stopped bool       // guarded by mu
@@ -28,7 +28,7 @@ type stepClock struct {
 const stepTick = 2 * time.Millisecond
 
 func newStepClock() *stepClock {
-	c := &stepClock{FakeClock: clockwork.NewFakeClockAt(time.Now()), stop: make(chan struct{}), done: make(chan struct{})}
+	c := &stepClock{Clock: fakeclock.New(time.Now()), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		t := time.NewTicker(stepTick)
@@ -48,8 +48,8 @@ func newStepClock() *stepClock {
 func (c *stepClock) catchUp() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d := time.Until(c.FakeClock.Now()); !c.stopped && d < 0 {
-		c.FakeClock.Advance(-d)
+	if d := time.Until(c.Clock.Now()); !c.stopped && d < 0 {
+		c.Clock.Advance(-d)
 	}
 }
 
