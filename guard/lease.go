@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -84,9 +83,9 @@ type hold struct {
 	lease  locks.Lease
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	since  time.Time       // on the Guard's clock
-	timer  Timer           // fires at the local deadline
-	done   chan struct{}   // closed when the keep-alive goroutine exits
+	since  time.Time     // on the Guard's clock
+	timer  Timer         // fires at the local deadline
+	done   chan struct{} // closed when the keep-alive goroutine exits
 
 	mu       sync.Mutex
 	state    state     // guarded by mu

@@ -17,7 +17,7 @@ var _ guard.Clock = (*Clock)(nil)
 // not usable: make one with [New].
 type Clock struct {
 	mu      sync.Mutex
-	now     time.Time   // guarded by mu
+	now     time.Time     // guarded by mu
 	timers  []*timer      // guarded by mu; pending, in no particular order
 	changed chan struct{} // guarded by mu; closed and replaced when timers change
 }
