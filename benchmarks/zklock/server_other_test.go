@@ -1,6 +1,6 @@
 //go:build !linux
 
-package zklock_test
+package zklockbench_test
 
 import "testing"
 

@@ -1,4 +1,4 @@
-package etcdlock_test
+package etcdlockbench_test
 
 // Side by side with etcd's own concurrency.Mutex, on one in-process etcd 3.7
 // with fsync on. Results: docs/benchmarks.md.
@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fenceguard/fenceguard/integration/embedetcd"
-	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 )
 
 func benchServer(b *testing.B) []string {

@@ -1,4 +1,4 @@
-package zklock_test
+package zklockbench_test
 
 import (
 	"context"

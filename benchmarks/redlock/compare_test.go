@@ -1,4 +1,4 @@
-package redlock_test
+package redlockbench_test
 
 // Side by side with go-redsync/redsync on the same five redis-server
 // processes. Results: docs/benchmarks.md.
@@ -15,7 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redlock"
 )

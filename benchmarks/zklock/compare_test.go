@@ -1,4 +1,4 @@
-package zklock_test
+package zklockbench_test
 
 // Side by side with go-zookeeper's own zk.Lock, on one standalone ZooKeeper
 // 3.8 with fsync on, in the same run. Results: docs/benchmarks.md.
@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 )
 
 type zkPeer struct {

@@ -1,4 +1,4 @@
-package redislock_test
+package redislockbench_test
 
 // Side-by-side benchmarks against bsm/redislock and go-redsync/redsync on
 // the same redis-server, in the same run. Results and the command that
@@ -16,7 +16,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/lockbench"
+	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )

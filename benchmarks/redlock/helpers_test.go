@@ -1,0 +1,20 @@
+package redlockbench_test
+
+import (
+	"testing"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/redlock"
+)
+
+func TestMain(m *testing.M) { servers.Main(m) }
+
+func newLocker(t testing.TB, cs []redlock.Client, o redlock.Options) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(cs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
