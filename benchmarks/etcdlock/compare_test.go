@@ -11,8 +11,8 @@ import (
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/fenceguard/fenceguard/integration/embedetcd"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
+	"github.com/fenceguard/fenceguard/integration/embedetcd"
 )
 
 func benchServer(b *testing.B) []string {

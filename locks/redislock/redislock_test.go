@@ -311,7 +311,9 @@ func TestIdleKeysExpire(t *testing.T) {
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
-	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix, CounterIdle: time.Second})
+	const idle = 4 * time.Second
+	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix, CounterIdle: idle})
+	start := time.Now()
 	for i := range 100 {
 		lease, err := l.Acquire(ctx, fmt.Sprint("k", i), time.Second)
 		if err != nil {
@@ -325,7 +327,9 @@ func TestIdleKeysExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 100 {
+	// The first counters may have expired already if the loop took nearly
+	// CounterIdle (a loaded machine): then only the expiry is checked.
+	if len(keys) != 100 && time.Since(start) < idle/2 {
 		t.Fatalf("%d keys after 100 released locks, want the 100 counters: %v", len(keys), keys[:min(len(keys), 5)])
 	}
 	waitFor(t, func() bool { return len(c.Keys(ctx, db.Prefix+"*").Val()) == 0 })
