@@ -32,6 +32,7 @@ import (
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/demo"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
+	"github.com/fenceguard/fenceguard/token"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -100,10 +101,33 @@ func serve(ctx context.Context, args []string) error {
 	grace := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests get to finish on shutdown")
 	fs.BoolVar(&unfenced, "unfenced", false, "switch fencing off (a plain SELECT, then UPDATE): for demonstrations only")
 	storeFlags(fs, &sc)
+	var lc backend.LockConfig
+	lc.RegisterFlags(fs) // the holders' lock service, for the sequencer check
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	// With the holders' lock service named, fenced routes refuse tokens
+	// above its current grant; without, only tokens far above the clock.
+	var seq token.Sequencer
+	lockNamed := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "lock", "etcd", "redis", "redlock", "zk":
+			lockNamed = true
+		}
+	})
+	if lockNamed {
+		s, closeSeq, err := backend.OpenSequencer(ctx, lc, log)
+		if err != nil {
+			return err
+		}
+		defer closeSeq()
+		seq = s
+	} else {
+		log.Warn("no lock service named (--lock and its endpoints): fenced routes refuse only tokens far above the clock; name the holders' lock service to refuse every token above its current grant")
+	}
 
 	store, err := backend.OpenStore(ctx, sc, log)
 	if err != nil {
@@ -115,7 +139,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := service.New(service.Options{Store: store, Unfenced: unfenced, Registry: reg, Logger: log})
+	h, err := service.New(service.Options{Store: store, Unfenced: unfenced, Registry: reg, Logger: log, Sequencer: seq})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -18,6 +19,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/redlock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
+	"github.com/fenceguard/fenceguard/token"
 )
 
 // The lock services a worker can lock with.
@@ -186,4 +188,51 @@ type zkLogger struct{ log *slog.Logger }
 
 func (z zkLogger) Printf(format string, args ...any) {
 	z.log.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+}
+
+// OpenSequencer connects to the lock service c names and returns its
+// token.Sequencer: the resource side's question "which token does the
+// current grant of this lock carry?", asked with a plain client (no
+// locker, no pub/sub). The caller must call close when done.
+func OpenSequencer(ctx context.Context, c LockConfig, log *slog.Logger) (seq token.Sequencer, close func() error, err error) {
+	if err := c.Validate(true); err != nil {
+		return nil, nil, err
+	}
+	switch c.Kind {
+	case Etcd:
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, nil, fmt.Errorf("etcd: %w", err)
+		}
+		return etcdlock.NewSequencer(cli, c.Prefix), cli.Close, nil
+	case Redis:
+		cli := redis.NewClient(&redis.Options{Addr: c.Redis})
+		return redislock.NewSequencer(cli, c.Prefix), cli.Close, nil
+	case Redlock:
+		var nodes []redlock.Client
+		var clients []*redis.Client
+		for _, addr := range c.Redlock {
+			cli := redis.NewClient(&redis.Options{Addr: addr, DialerRetries: 1})
+			nodes, clients = append(nodes, cli), append(clients, cli)
+		}
+		return redlock.NewSequencer(nodes, c.Prefix), func() error {
+			var errs []error
+			for _, cli := range clients {
+				errs = append(errs, cli.Close())
+			}
+			return errors.Join(errs...)
+		}, nil
+	case ZooKeeper:
+		conn, events, err := zk.Connect(c.ZK, 10*time.Second, zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false))
+		if err != nil {
+			return nil, nil, fmt.Errorf("zookeeper: %w", err)
+		}
+		go func() {
+			for range events { // drained until Close ends them
+			}
+		}()
+		prefix := c.Prefix
+		return zklock.NewSequencer(conn, prefix), func() error { conn.Close(); return nil }, nil
+	}
+	panic("unreachable: Validate accepted " + c.Kind)
 }

@@ -178,7 +178,14 @@ func Run(ctx context.Context, store service.Store, fenced bool, sku string, o Op
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	h, err := service.New(service.Options{Store: store, Unfenced: !fenced, Registry: reg, Logger: o.Log})
+	// The service asks the workers' lock service which token the current
+	// grant carries, and refuses anything above it (made-up tokens).
+	seq, closeSeq, err := backend.OpenSequencer(ctx, o.Lock, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("demo: the lock service's sequencer: %w", err)
+	}
+	defer closeSeq()
+	h, err := service.New(service.Options{Store: store, Unfenced: !fenced, Registry: reg, Logger: o.Log, Sequencer: seq})
 	if err != nil {
 		return nil, err
 	}

@@ -70,3 +70,14 @@ func (s *MemoryStore) HighWater(_ context.Context, sku string) (token.Token, err
 
 // Ping implements [Store]; memory always answers.
 func (s *MemoryStore) Ping(context.Context) error { return nil }
+
+// ResetMark implements [Store]: the mark in the middleware's fence.
+func (s *MemoryStore) ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
+	s.mu.Lock()
+	_, ok := s.stock[sku]
+	s.mu.Unlock()
+	if !ok {
+		return 0, ErrNotFound
+	}
+	return s.fence.Reset(ctx, resource(sku), to)
+}

@@ -105,3 +105,18 @@ func storeErr(err error) error {
 	}
 	return err
 }
+
+// ResetMark implements [Store]: the row's own mark (and its tombstone, if
+// the row was deleted) and the middleware's mark in fence_tokens, each reset
+// and logged by storage/postgres.
+func (s *PostgresStore) ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
+	row, err := s.items.Reset(ctx, s.db, sku, to)
+	if err != nil {
+		return 0, storeErr(err)
+	}
+	mw, err := s.fence.Reset(ctx, resource(sku), to)
+	if err != nil {
+		return 0, err
+	}
+	return max(row, mw), nil
+}

@@ -52,6 +52,16 @@ type Options struct {
 	// Logger receives token refusals (Info) and store failures (Error).
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// Sequencer is the lock service's answer to "which token does the
+	// current grant of this lock carry?" (backend.OpenSequencer). With it,
+	// fenced routes refuse a token above the current grant of the item's
+	// lock (403), so a client that makes up a token can at worst act as
+	// the current holder, and the admin reset of a mark defaults to it.
+	// Without it, only the clock bound refuses made-up tokens — which
+	// bounds clock-floored tokens (Redis, Redlock) to five minutes of
+	// lockout, and etcd's and ZooKeeper's not at all.
+	Sequencer token.Sequencer
 }
 
 // New returns the service's routes.
@@ -69,7 +79,13 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger}
+	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger, seq: o.Sequencer}
+	// The cheap local bound first, so made-up tokens far above the clock
+	// cost no query to the lock service; then the lock service's word.
+	var check token.Check = token.ClockBound{}
+	if o.Sequencer != nil {
+		check = token.All(check, token.SequencerCheck(o.Sequencer, token.SequencerOptions{}))
+	}
 
 	r := chi.NewRouter()
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
@@ -87,7 +103,7 @@ func New(o Options) (http.Handler, error) {
 		mw, err := httpmw.New(httpmw.Options{
 			Resource:        httpmw.ChiParam("sku"),
 			Fence:           m.Fence(f.Fence),
-			Check:           m.Check(nil), // the default clock bound, its refusals counted as "forged"
+			Check:           m.Check(check), // its refusals counted as "forged"
 			SerializePerKey: f.SerializePerKey,
 			ErrorWriter:     s.refused,
 		})
@@ -102,6 +118,7 @@ func New(o Options) (http.Handler, error) {
 	r.Route("/admin", func(r chi.Router) { // unfenced: operators, not lock holders
 		r.Get("/items/{sku}", s.adminGet)
 		r.Put("/items/{sku}", s.adminPut)
+		r.Post("/items/{sku}/reset-mark", s.adminResetMark)
 	})
 	return r, nil
 }
@@ -118,6 +135,7 @@ type server struct {
 	fenced  bool
 	metrics *prom.Metrics
 	log     *slog.Logger
+	seq     token.Sequencer // nil: no sequencer check, and resets need a "to"
 }
 
 func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -195,6 +213,63 @@ func (s *server) adminPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, it)
+}
+
+// adminResetMark sets an item's fencing marks back by hand — the way back
+// for an item a made-up token poisoned (every honest holder refused as
+// stale). The body may name the mark, {"to": "123"}; by default it is the
+// token of the current grant of the item's lock, so its holder and every
+// later one get through, every earlier one is still refused. Each store
+// logs the reset at Warn. One item per request, by name.
+func (s *server) adminResetMark(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		To *token.Token `json:"to"`
+	}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || dec.More() {
+			writeProblem(w, http.StatusBadRequest, TypeBadBody, "bad request body", `want {"to": "<token>"} or nothing`)
+			return
+		}
+	}
+	var to token.Token
+	switch {
+	case body.To != nil:
+		to = *body.To
+	case s.seq != nil:
+		cur, err := s.seq.Current(r.Context(), resource(sku))
+		if err != nil {
+			s.log.Warn("reset: the lock service cannot say the current token", "sku", sku, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, TypeStoreFailed, "lock service unavailable", "")
+			return
+		}
+		to = cur
+	default:
+		writeProblem(w, http.StatusBadRequest, TypeBadBody, "bad request body", `no lock service to ask: name the mark, {"to": "<token>"}`)
+		return
+	}
+	if to.IsZero() {
+		writeProblem(w, http.StatusBadRequest, TypeBadBody, "bad request body", "the mark cannot be reset to 0")
+		return
+	}
+	prev, err := s.store.ResetMark(r.Context(), sku, to)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, MarkReset{SKU: sku, From: prev, To: to})
+}
+
+// MarkReset is the answer to POST /admin/items/{sku}/reset-mark.
+type MarkReset struct {
+	SKU  string      `json:"sku"`
+	From token.Token `json:"from"` // the highest mark replaced
+	To   token.Token `json:"to"`
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {

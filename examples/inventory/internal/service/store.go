@@ -35,6 +35,10 @@ type Store interface {
 	Put(ctx context.Context, sku string, stock int) (Item, error)
 	// HighWater returns the item's high-water mark, 0 when none was claimed.
 	HighWater(ctx context.Context, sku string) (token.Token, error)
+	// ResetMark sets every fencing mark of the item — the middleware's and,
+	// in a store that checks tokens itself, the row's — to to, and returns
+	// the highest mark it replaced. The stores log it (token.LogReset).
+	ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error)
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 
