@@ -201,25 +201,36 @@ const (
 // writeDoc replaces the generated part of the Markdown file at path with
 // this summary, or appends one when the file has no markers.
 func (s summaryData) writeDoc(path string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
 	var b bytes.Buffer
-	b.WriteString(docBegin + "\n\n")
 	fmt.Fprintf(&b, "Produced %s by\n\n```sh\n%s\n```\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), commandLine())
 	fmt.Fprintf(&b, "on %d CPUs (%s, %s; load before: %s), in %v for the package.\n\n",
 		runtime.NumCPU(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, s.load,
 		s.elapsed.Round(time.Second))
 	b.WriteString(header + "\n\n")
 	b.WriteString(s.markdown())
-	b.WriteString("\n" + docEnd)
+	return replaceBlock(path, docBegin, docEnd, b.String())
+}
+
+// replaceBlock replaces what lies between the markers begin and end in the
+// file at path with body, or appends the block when the file lacks them.
+func replaceBlock(path, begin, end, body string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	block := begin + "\n\n" + body + "\n" + end
 	doc := string(old)
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
+	i := strings.Index(doc, begin)
+	j := -1
+	if i >= 0 {
+		if k := strings.Index(doc[i:], end); k >= 0 {
+			j = i + k
+		}
+	}
 	if i >= 0 && j > i {
-		doc = doc[:i] + b.String() + doc[j+len(docEnd):]
+		doc = doc[:i] + block + doc[j+len(end):]
 	} else {
-		doc = strings.TrimRight(doc, "\n") + "\n\n" + b.String() + "\n"
+		doc = strings.TrimRight(doc, "\n") + "\n\n" + block + "\n"
 	}
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
