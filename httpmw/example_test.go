@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -297,4 +298,73 @@ func ExampleRequireAll() {
 	fmt.Println("GET without a token:", send(mux, "GET", "/sku/42", ""))
 	// Output:
 	// GET without a token: 428 missing-token
+}
+
+// The whole flow: a holder takes the lock with guard.Do and calls a chi
+// service through a client on Transport, which sends the lease's token to
+// the resource it was granted for; the service's middleware claims it
+// before the handler runs. A holder that kept its token past its lease
+// (paused, then woken) is refused with the StaleError the resource sent.
+func Example() {
+	// The resource service.
+	var fence token.MemoryFence
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.With(mw.Handler).Put("/items/{sku}/stock", func(w http.ResponseWriter, r *http.Request) {
+		key, _, _ := token.FromContext(r.Context())
+		fmt.Printf("  service: %s written\n", key)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	// The holder's side: lock keys are the service's resource keys.
+	key, err := httpmw.RouteKey("sku", "/items/{sku}/stock")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: key}}
+	put := func(ctx context.Context, sku string) error {
+		req, err := http.NewRequestWithContext(ctx, "PUT", srv.URL+"/items/"+sku+"/stock", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	g, err := guard.New(memlock.New(), guard.Options{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	var paused context.Context // what a holder frozen in Do would still have
+	var first token.Token
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, t token.Token) error {
+		paused, first = context.WithoutCancel(ctx), t // keeps the token, outlives the lease
+		return put(ctx, "42")
+	})
+	fmt.Println("first holder:", err)
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, t token.Token) error {
+		fmt.Println("second holder's token is higher:", t > first)
+		return put(ctx, "42")
+	})
+	fmt.Println("second holder:", err)
+
+	err = put(paused, "42")
+	var stale *token.StaleError
+	fmt.Println("first holder, woken late, refused:", errors.As(err, &stale))
+	// Output:
+	//   service: sku:42 written
+	// first holder: <nil>
+	// second holder's token is higher: true
+	//   service: sku:42 written
+	// second holder: <nil>
+	// first holder, woken late, refused: true
 }

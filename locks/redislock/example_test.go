@@ -3,24 +3,29 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
 // A worker guards a job with a Redis lock and fences its writes with a
-// Redis-backed Fence. (Not run: it needs a Redis server.)
+// Redis-backed Fence: the holder's claim goes through, and a holder whose
+// lease ran out while it was paused is refused once the next holder has
+// claimed. (It runs against the tests' own Redis; yours is your server.)
 func Example() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	srv := servers.ExampleRedis() // the tests' Redis, with a key prefix of its own
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 
-	locker, err := redislock.New(rdb, redislock.Options{})
+	locker, err := redislock.New(rdb, redislock.Options{Prefix: srv.Prefix})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,9 +34,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fence := redislock.NewFence(rdb, redislock.FenceOptions{})
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{Prefix: srv.Prefix + "fence:"})
 
+	var first token.Token
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
+		first = t
 		// Claim before acting: a holder that was paused past its lease is
 		// refused here once the next holder has claimed.
 		if err := fence.Claim(ctx, "report:2026-11-29", t); err != nil {
@@ -39,11 +46,52 @@ func Example() {
 		}
 		return nil // ... write the report, passing t along ...
 	})
+	fmt.Println("first run:", err)
+
+	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {
+		fmt.Println("next grant's token is higher:", t > first)
+		return fence.Claim(ctx, "report:2026-11-29", t)
+	})
+	fmt.Println("second run:", err)
+
+	// The first holder, had it been frozen all this time, wakes up and
+	// writes with its old token:
+	err = fence.Claim(ctx, "report:2026-11-29", first)
 	var stale *token.StaleError
-	if errors.As(err, &stale) {
-		// Our counter fell behind the resource (a lost counter and a clock
-		// stepped back): move it past the resource's high-water.
-		_, _ = locker.Heal(ctx, "job:nightly-report", stale.Current)
+	fmt.Println("stale holder refused:", errors.As(err, &stale))
+	// Output:
+	// first run: <nil>
+	// next grant's token is higher: true
+	// second run: <nil>
+	// stale holder refused: true
+}
+
+// A counter that fell behind its resource (a lost counter and a clock
+// stepped back) shows as a StaleError for a holder that does hold the lock:
+// move the counter past the resource's high-water. (Not run: it needs a
+// Redis server whose counter was lost.)
+func ExampleLocker_Heal() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	locker, err := redislock.New(rdb, redislock.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{})
+
+	lease, err := locker.Acquire(ctx, "job:nightly-report", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	var stale *token.StaleError
+	if err := fence.Claim(ctx, "report:2026-11-29", lease.Token()); errors.As(err, &stale) {
+		if _, err := locker.Heal(ctx, "job:nightly-report", stale.Current); err != nil {
+			log.Fatal(err)
+		}
+		// The next grant's token is above stale.Current.
 	}
 }
 

@@ -21,7 +21,10 @@ import (
 	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) {
+	servers.ExamplesNeed(servers.KindRedis)
+	servers.Main(m)
+}
 
 var discard = slog.New(slog.DiscardHandler)
 
