@@ -40,7 +40,8 @@ func (e *StaleError) Unwrap() error { return ErrStale }
 // Claim accepts t when it is not lower than the key's high-water and makes t
 // the new high-water, atomically with the check. It rejects a lower token
 // with a [*StaleError] carrying the current high-water. It returns an error
-// wrapping [ErrMissing] for the zero token and [ErrNoResource] for an empty
+// wrapping [ErrMissing] for the zero token (unless the context carries a
+// token for resource itself: see [Resolve]) and [ErrNoResource] for an empty
 // key, and does not change any high-water then. Any other error means the
 // check could not be made: callers must treat that as a refusal (fail
 // closed), never as acceptance.

@@ -78,6 +78,10 @@ func (f *MemoryFence) shard(resource string) *fenceShard {
 // Claim implements [Fence]. It never blocks on other keys' claims; ctx
 // goes to the Check only, the claim itself is in memory.
 func (f *MemoryFence) Claim(ctx context.Context, resource string, t Token) error {
+	t, err := Resolve(ctx, resource, t)
+	if err != nil {
+		return err
+	}
 	if err := Admit(ctx, f.Check, resource, t); err != nil {
 		return err
 	}

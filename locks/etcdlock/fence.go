@@ -85,6 +85,10 @@ func parseMark(v []byte) (token.Token, error) {
 // one transaction that accepts and writes t unless the mark is above it. A
 // refusal by the check touches nothing in etcd.
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	t, err := token.Resolve(ctx, resource, t)
+	if err != nil {
+		return err
+	}
 	if err := token.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}

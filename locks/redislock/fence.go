@@ -165,6 +165,10 @@ func (f *Fence) key(resource string) string { return f.prefix + "{" + resource +
 // [*ReplicaError] when too few replicas acknowledged, and with the server's
 // error (READONLY) on a replica.
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	t, err := token.Resolve(ctx, resource, t)
+	if err != nil {
+		return err
+	}
 	if err := token.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}

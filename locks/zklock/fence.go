@@ -132,6 +132,10 @@ func (f *Fence) path(resource string) string { return f.prefix + "/" + escape(re
 // write through the leader unless the token is refused (see "Read
 // consistency").
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	t, err := token.Resolve(ctx, resource, t)
+	if err != nil {
+		return err
+	}
 	if err := token.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}

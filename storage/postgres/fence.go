@@ -49,9 +49,14 @@ func (k *Tokens) Fence(db DB) *Fence { return &Fence{db: db, tokens: k} }
 
 // Claim implements [token.Fence]: it advances resource's mark to t unless
 // a higher token was accepted, in which case it returns a
-// [*token.StaleError] with the current mark. Unlike [Tx], it takes nothing
-// from the context: a zero t is [token.ErrMissing].
+// [*token.StaleError] with the current mark. A zero t is the context's
+// token when the context carries one for resource itself
+// ([token.Resolve]), else [token.ErrMissing].
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	t, err := token.Resolve(ctx, resource, t)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	if err := token.CheckClaim(resource, t); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}

@@ -55,6 +55,7 @@ func Run(t *testing.T, newFence func(t *testing.T, check token.Check) Subject) {
 	t.Run("DefaultCheck", func(t *testing.T) { testDefaultCheck(t, newFence(t, nil)) })
 	t.Run("Check", func(t *testing.T) { testCheck(t, newFence) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, unchecked(t)) })
+	t.Run("ContextToken", func(t *testing.T) { testContextToken(t, unchecked(t)) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -165,6 +166,32 @@ func testBadInput(t *testing.T, s Subject) {
 	}
 	if got := highWater(ctx, t, s, "fresh"); got != 0 {
 		t.Errorf("a refused claim wrote high-water %d", got)
+	}
+}
+
+// The zero token takes the context's token for the context's own key only
+// ([token.Resolve]): for another key it is refused as missing, naming both
+// keys, and moves no mark.
+func testContextToken(t *testing.T, s Subject) {
+	ctx := ctxFor(t)
+	held := token.NewContext(ctx, "held", 20)
+	if err := s.Fence.Claim(held, "held", 0); err != nil {
+		t.Fatalf("Claim(held, 0) in a context carrying held's token 20 = %v, want nil", err)
+	}
+	if got := highWater(ctx, t, s, "held"); got != 20 {
+		t.Errorf("after the context's token was claimed, high-water %d, want 20", got)
+	}
+	err := s.Fence.Claim(held, "other", 0)
+	var me *token.MismatchError
+	if !errors.Is(err, token.ErrMissing) || !errors.As(err, &me) || me.Key != "other" || me.ContextKey != "held" {
+		t.Errorf("Claim(other, 0) in a context carrying held's token = %v, want a *token.MismatchError{other, held} wrapping ErrMissing", err)
+	}
+	if got := highWater(ctx, t, s, "other"); got != 0 {
+		t.Errorf("another key's context token wrote high-water %d", got)
+	}
+	// An explicit token wins over the context's.
+	if err := s.Fence.Claim(held, "held", 19); !errors.Is(err, token.ErrStale) {
+		t.Errorf("Claim(held, 19) in a context carrying 20 = %v, want stale (the explicit token is the one presented)", err)
 	}
 }
 
