@@ -46,7 +46,7 @@ func init() {
 	})
 	registerAttack(attack{
 		Name: "lag/redis",
-		About: "master + replica, replication delayed 400 ms: T+1 claimed with Replicas: 1 (WAIT), T claimed through the replica, master killed, replica promoted, T claimed on it; " +
+		About: "master + replica, replication delayed 400 ms: T+1 claimed with Replicas: 1 (WAIT), T claimed through the replica, the master lost (link cut, SIGKILL), the replica promoted, T claimed on it; " +
 			"faults are rounds whose promoted replica had missed the control's T+1. Control: Replicas: 0, and the old script (equal accepted without a write) on the replica",
 		Rounds: 10,
 		Short:  3,
@@ -437,8 +437,12 @@ func attackLagRedis(t *testing.T, s *attackStats) {
 		}
 		oldAccepted := err == nil && len(oldOnReplica) > 0 && oldOnReplica[0] == int64(1)
 
-		// The failover: the master dies with the control's T+1 still in
-		// the delayed link, the replica is promoted at once.
+		// The failover: the master's host is lost with the control's T+1
+		// still in the delayed link (the link cut, what it held dropped;
+		// the master killed), and the replica is promoted.
+		if err := rep.Link.Cut(); err != nil {
+			t.Fatal(err)
+		}
 		if err := master.Kill(); err != nil {
 			t.Fatal(err)
 		}
