@@ -173,10 +173,10 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 		return err
 	}
 	v, acked, err := f.run(ctx, claimScript, f.key(resource), t.String())
-	if err != nil {
+	res, _ := v.([]any)
+	if err != nil && (len(res) != 2 || res[0] != int64(0)) {
 		return fmt.Errorf("redislock: claim %q: %w", resource, err)
 	}
-	res, _ := v.([]any)
 	if len(res) == 0 {
 		return fmt.Errorf("redislock: claim %q: unexpected reply %v", resource, v)
 	}
@@ -275,7 +275,10 @@ func (f *Fence) pipelineWait(ctx context.Context, p interface{ Pipeline() redis.
 	}
 	n, err := wait.Int64()
 	if err != nil {
-		return nil, 0, fmt.Errorf("WAIT %d: %w", f.replicas, err)
+		// The script's reply comes back too: a refusal stands whatever
+		// WAIT says (on a replica WAIT is an error, and a refusal read
+		// there is safe: the master's mark is at least as high).
+		return v, 0, fmt.Errorf("WAIT %d: %w", f.replicas, err)
 	}
 	return v, int(n), nil
 }

@@ -55,6 +55,15 @@ func TestFenceOnReplicaFailsClosed(t *testing.T) {
 	if err := replica.Claim(ctx, "r", 4); !errors.Is(err, token.ErrStale) {
 		t.Errorf("Claim(4) through the replica = %v, want stale", err)
 	}
+	// The same with Replicas set: WAIT is an error on a replica, and the
+	// refusal stands (it is no less true for that).
+	waiting := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{Replicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	if err := waiting.Claim(ctx, "r", 4); !errors.Is(err, token.ErrStale) {
+		t.Errorf("Claim(4) through the replica, Replicas 1 = %v, want stale", err)
+	}
+	if err := waiting.Claim(ctx, "r", 7); err == nil || errors.Is(err, token.ErrStale) || !strings.Contains(err.Error(), "READONLY") {
+		t.Errorf("Claim(7) through the replica, Replicas 1 = %v, want READONLY", err)
+	}
 	if hw, err := master.HighWater(ctx, "r"); err != nil || hw != 6 {
 		t.Errorf("master's mark %d, %v; want 6", hw, err)
 	}
