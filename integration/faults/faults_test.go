@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if js, ok := os.LookupEnv(clientEnv); ok {
 		os.Exit(clientMain(js))
 	}
+	if js, ok := os.LookupEnv(attackChildEnv); ok {
+		os.Exit(attackChildMain(js))
+	}
 	servers.Main(m)
 }
 
