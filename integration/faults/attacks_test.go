@@ -27,7 +27,7 @@ import (
 
 var (
 	flagAttacks = flag.String("faults.attacks", "", "run only the attacks (name, e.g. \"lag/zk\") this regexp matches")
-	flagRounds  = flag.Int("faults.rounds", 0, "rounds per attack (0: each attack's default; with -short at most its short default)")
+	flagScale   = flag.Int("faults.scale", 1, "play this many times each attack's rounds (its -short rounds with -short)")
 )
 
 // attack is one nemesis against one target.
@@ -105,9 +105,7 @@ func TestAttacks(t *testing.T) {
 			if testing.Short() && a.Short > 0 {
 				s.rounds = a.Short
 			}
-			if *flagRounds > 0 {
-				s.rounds = *flagRounds
-			}
+			s.rounds *= max(*flagScale, 1)
 			all = append(all, s)
 			t.Run(a.Name, func(t *testing.T) {
 				t.Parallel()
