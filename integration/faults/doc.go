@@ -126,4 +126,22 @@
 // runs even without a violation, to look at), -faults.break (fence an
 // enforcer's writes only, to watch the suite catch it), -faults.out,
 // -faults.doc.
+//
+// # Attacks
+//
+// TestAttacks plays the nemeses the cells do not: the fence stores'
+// replication (claims through a lagging ZooKeeper follower, a frozen etcd
+// follower, a Redis replica and a failover that lost the master), tokens at
+// the numeric edges (2^53 ± 2, 2^63 − 1, 2^64 − 1) through the lockers and
+// every enforcer, a forger presenting tokens above the current grant and
+// below the mark while honest holders run, a holder frozen inside a
+// PostgreSQL Tx, a waiter frozen while it is handed the lock, and key types
+// whose equal values print differently. Each attack runs its rounds on the
+// fenced side and on a control — the same attack on the same servers
+// against the code without the defence — and fails when the fenced side
+// accepts a stale or forged write or refuses an honest one, or when the
+// control never showed the violation. Its table goes into
+// docs/reliability.md with -faults.doc, between markers of its own.
+// Flags: -faults.attacks (a regexp on the attack's name), -faults.scale
+// (multiplies every attack's rounds).
 package faults
