@@ -29,10 +29,10 @@ func rdb(t *testing.T, addr string) *redis.Client {
 // clock (16 → 17 digits) and further up, and the ceiling.
 var edges = []token.Token{
 	1<<53 - 3, 1<<53 - 1,
-	9_999_999_999_999_997,        // 10^16 − 3: carries to 17 digits
-	99_999_999_999_999_998,       // 10^17 − 2
-	999_999_999_999_999_998,      // 10^18 − 2: carries to 19 digits
-	token.MaxInt64 - 2, // the third grant would pass the ceiling
+	9_999_999_999_999_997,   // 10^16 − 3: carries to 17 digits
+	99_999_999_999_999_998,  // 10^17 − 2
+	999_999_999_999_999_998, // 10^18 − 2: carries to 19 digits
+	token.MaxInt64 - 2,      // the third grant would pass the ceiling
 }
 
 // Held (claim 2 of issue 15): redislock's tokens stay exact and strictly
