@@ -67,6 +67,14 @@ type idleLease struct {
 
 var _ locks.Locker = (*Locker)(nil)
 
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL], one second, etcd's lease
+// resolution. (The server raises shorter leases to its own minimum, 2s
+// with default settings: the lease is then longer than asked, and the
+// local deadline, counted from the TTL asked for, stays conservative.)
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
+
 // New returns a Locker on c.
 func New(c Client, o Options) (*Locker, error) {
 	if c == nil {
