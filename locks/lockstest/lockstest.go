@@ -65,8 +65,9 @@ type Config struct {
 	// Unreachable returns a locker on a lock service of its own, and a
 	// func that makes that service unreachable for the rest of the
 	// subtest (stops the server, cuts a proxy in front of it). The
-	// Unreachable subtest takes a lease, cuts the service off, and checks
-	// that Acquire, TryAcquire, Renew and Release, each with a
+	// Unreachable subtest takes a lease, queues for it, cuts the service
+	// off under the waiter, and checks that the waiter, and then Acquire,
+	// TryAcquire, Renew and Release, each with a
 	// [DeadlineCall] deadline, return within [DeadlineSlack] of it, with
 	// an error: a call must not outlast its context because of the
 	// backend's own clean-up, which may go on in the background (bounded:
@@ -666,14 +667,25 @@ func (s *suite) unreachable(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	k := key(t, "k")
 	lease := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
-	cut()
+	// before runs as the call starts: the first call queues for the held
+	// key while the service is up, and the service goes away under it.
+	before := func() {
+		time.Sleep(DeadlineCall / 4)
+		cut()
+	}
 	check := func(op string, call func(context.Context) error, notObtainedOK bool) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(context.Background(), DeadlineCall)
 		defer cancel()
 		deadline, _ := cctx.Deadline()
 		start := time.Now()
+		var wg sync.WaitGroup
+		if before != nil {
+			wg.Go(before)
+			before = nil
+		}
 		err := call(cctx)
+		wg.Wait()
 		returned := time.Now()
 		took, late := returned.Sub(start), returned.Sub(deadline)
 		t.Logf("%s with the service unreachable: returned after %v (%+v past the deadline): %v", op, took.Round(time.Millisecond), late.Round(time.Millisecond), err)
@@ -688,6 +700,13 @@ func (s *suite) unreachable(t *testing.T) {
 			t.Errorf("%s returned at the deadline with %v, want an error wrapping context.DeadlineExceeded", op, err)
 		}
 	}
+	check("Acquire of the held key, queued before the cut", func(ctx context.Context) error {
+		l2, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+		if err == nil {
+			_ = l2.Release(context.Background())
+		}
+		return err
+	}, true)
 	check("Acquire", func(ctx context.Context) error {
 		l2, err := l.Acquire(ctx, key(t, "other"), s.cfg.LongTTL)
 		if err == nil {

@@ -398,8 +398,8 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 	}
 	switch {
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
-	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalid), errors.Is(err, ErrClosed), ctx.Err() != nil:
+		return nil, fmt.Errorf("zklock: acquire %q: %w: %w", key, ctx.Err(), err)
+	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalid), errors.Is(err, ErrClosed):
 		return nil, err
 	}
 	return nil, fmt.Errorf("zklock: acquire %q: %w", key, err)
