@@ -596,13 +596,24 @@ func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
 	return fmt.Errorf("etcdlock: watch of %q ended", s.myKey)
 }
 
-// stopWatching ends the watch behind Lost, if any, and waits for it.
-func (s *Lease) stopWatching() {
+// stopWatching ends the watch behind Lost, if any, and waits for it. It
+// runs after the release's delete, which ends the watch on its own soon
+// (a deletion, or the key found gone): while the watch's first read may be
+// in flight it waits for that (or for ctx) before cancelling, so that an
+// ordinary release does not cut a request short — the etcd client logs a
+// warning for each one that is.
+func (s *Lease) stopWatching(ctx context.Context) {
 	s.watchOnce.Do(func() {}) // no watch may start after this
-	if s.stopWatch != nil {
-		s.stopWatch()
-		<-s.watchDone
+	if s.stopWatch == nil {
+		return
 	}
+	select {
+	case <-s.watchReady:
+	case <-s.watchDone:
+	case <-ctx.Done():
+	}
+	s.stopWatch()
+	<-s.watchDone
 }
 
 // Key implements [locks.Lease].
@@ -625,10 +636,28 @@ func (s *Lease) Deadline() time.Time {
 func (s *Lease) LeaseID() clientv3.LeaseID { return s.id }
 
 // IsOwner is a comparison that holds only while this grant holds the lock,
-// for etcd transactions that must be fenced by it.
+// for etcd transactions of your own that must be fenced by it (as
+// concurrency.Mutex's IsOwner): the grant's key still there with its create
+// revision. A grant is the lock's only while its key is the oldest in the
+// queue, so the comparison holds from the grant until its release or
+// expiry, and never again after:
+//
+//	resp, err := cli.Txn(ctx).If(lease.IsOwner()).Then(clientv3.OpPut(k, v)).Commit()
+//	// !resp.Succeeded: the lock had moved on; nothing was written.
+//
+// Reach it through package guard with [locks.LeaseAs] on guard's
+// Lease.Unwrap.
 func (s *Lease) IsOwner() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(s.myKey), "=", s.rev)
 }
+
+// OwnKey is the etcd key this grant wrote in the lock's queue (Key is the
+// lock's key): concurrency.Mutex's Key. It is attached to [Lease.LeaseID].
+func (s *Lease) OwnKey() string { return s.myKey }
+
+// CreateRevision is the create revision of [Lease.OwnKey], the grant's
+// fencing token as etcd's int64.
+func (s *Lease) CreateRevision() int64 { return s.rev }
 
 // abandon removes the grant's key (a gave-up waiter, or a grant whose
 // caller will never see it) on a context of its own, since ctx, the
@@ -686,7 +715,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
 	}
-	s.stopWatching()
+	s.stopWatching(ctx)
 	if !resp.Succeeded {
 		return locks.NotHeldError("release", s.key, s.Token())
 	}
