@@ -166,4 +166,26 @@
 // [*ReplicaError]) from a Fence whose replicas did not acknowledge;
 // network and server errors are returned wrapped, and mean the state of the
 // lock (or the mark) is unknown.
+//
+// # Deadlines and the client
+//
+// Acquire, TryAcquire, Renew and Release return by their context's
+// deadline with Redis unreachable. An acquire that fails cleans up after
+// itself (its place in the queue, a grant whose reply was lost) on a
+// context of its own, bounded by a second: it waits for that a moment
+// (50ms) past its deadline, then leaves it to finish in the background;
+// [Locker.Close] waits for such clean-ups. Two go-redis settings decide
+// the rest:
+//
+//   - ContextTimeoutEnabled: without it go-redis bounds reads and writes
+//     by ReadTimeout and WriteTimeout (3s by default), not by the context:
+//     a connection that hangs without failing (a blackholed network, a
+//     frozen server) can hold a call past its deadline. Set it (or short
+//     timeouts) to have the context bound every call.
+//   - MaxRetries and DialerRetries: go-redis retries a refused dial itself,
+//     and when its retries run into the deadline it reports only the
+//     context's error. With MaxRetries: -1 the refusal comes back at once
+//     and package guard, which retries with backoff, keeps it in its final
+//     error ("context deadline exceeded (last attempt: … connection
+//     refused)").
 package redislock
