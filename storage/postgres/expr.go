@@ -162,6 +162,12 @@ func fragment(sql string, nargs, base int) (string, error) {
 			if strings.IndexByte(sql[i:j], 0) >= 0 {
 				return bad("contains a NUL byte")
 			}
+			if c == '\'' && strings.IndexByte(sql[i:j], '\\') >= 0 {
+				// With standard_conforming_strings off, or in an E''
+				// string, it escapes the quote: the server would read
+				// the string's end elsewhere.
+				return bad("contains a backslash in a string (pass the value as an argument)")
+			}
 			b.WriteString(sql[i:j])
 			i = j
 			continue

@@ -295,6 +295,7 @@ func TestUpdateExprHostileInput(t *testing.T) {
 		{"fragment with an unterminated string", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("note = 'x")}, postgres.ErrBadInput},
 		{"fragment with an unterminated identifier", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`"note = 'x'`)}, postgres.ErrBadInput},
 		{"fragment with a backslash", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note = E'\') OR (true'`)}, postgres.ErrBadInput},
+		{"fragment with a backslash in a string", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note <> 'a\b'`)}, postgres.ErrBadInput},
 		{"fragment with dollar quoting", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note = $q$) OR (true$q$`)}, postgres.ErrBadInput},
 		{"fragment with $ in a word", []postgres.Assignment{postgres.Set("stock", postgres.Expr("1$1", 1))}, postgres.ErrBadInput},
 		{"fragment with a NUL", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > 0\x00")}, postgres.ErrBadInput},
