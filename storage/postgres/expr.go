@@ -234,14 +234,14 @@ type span struct {
 // them on first use. Only valid fragments are cached: a cached shape means
 // set's fragments passed [fragment].
 func (tb *Table) exprShape(set []Assignment) (*exprShape, error) {
-	var k strings.Builder
+	var k []byte
 	for _, a := range set {
-		k.WriteString(strconv.Itoa(a.kind) + "\x00" + a.column + "\x00")
+		k = append(append(append(k, byte('0'+a.kind)), a.column...), 0)
 		if e, ok := a.value.(Expression); ok && a.kind != clauseValue {
-			k.WriteString(e.sql + "\x00" + strconv.Itoa(len(e.args)) + "\x00")
+			k = append(strconv.AppendInt(append(append(k, e.sql...), 0), int64(len(e.args)), 10), 0)
 		}
 	}
-	key := k.String()
+	key := string(k)
 	tb.mu.Lock()
 	x, ok := tb.exprs[key]
 	tb.mu.Unlock()
@@ -344,22 +344,30 @@ func checkArgs(e Expression) error {
 	return nil
 }
 
-// exprArgs returns the arguments of x.update and of x.miss.
-func exprArgs(set []Assignment, v int64, key any) (update, miss []any) {
-	update, miss = []any{v, key}, []any{v, key}
+// exprArgs returns the arguments of x.update.
+func exprArgs(set []Assignment, v int64, key any) []any {
+	update := make([]any, 2, 2+len(set))
+	update[0], update[1] = v, key
 	for _, a := range set {
 		switch a.kind {
 		case clauseValue, clauseAdd:
 			update = append(update, a.value)
-		case clauseExpr:
+		case clauseExpr, clauseWhere:
 			update = append(update, a.value.(Expression).args...)
-		case clauseWhere:
-			args := a.value.(Expression).args
-			update = append(update, args...)
-			miss = append(miss, args...)
 		}
 	}
-	return update, miss
+	return update
+}
+
+// missArgs returns the arguments of x.miss.
+func missArgs(set []Assignment, v int64, key any) []any {
+	miss := []any{v, key}
+	for _, a := range set {
+		if a.kind == clauseWhere {
+			miss = append(miss, a.value.(Expression).args...)
+		}
+	}
+	return miss
 }
 
 // updateExpr runs an Update with expressions or conditions. Accepted, it
@@ -371,7 +379,7 @@ func exprArgs(set []Assignment, v int64, key any) (update, miss []any) {
 // between so that the conditions hold now, or it was re-created lower —
 // the Update runs again.
 func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Assignment, key any, resource string, t token.Token, v int64) error {
-	args, missArgs := exprArgs(set, v, key)
+	args := exprArgs(set, v, key)
 	if x.miss == "" {
 		found, err := tb.claim(ctx, db, "update", x.update, args, resource, t, nil, x)
 		if err == nil && !found {
@@ -391,7 +399,7 @@ func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Assi
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return tb.wrap("update", x.update, x, err)
 		}
-		err = db.QueryRow(ctx, x.miss, missArgs...).Scan(new(bool))
+		err = db.QueryRow(ctx, x.miss, missArgs(set, v, key)...).Scan(new(bool))
 		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 			retries++
 			continue
