@@ -59,8 +59,10 @@ type TableOptions struct {
 // row, [ErrNoRow] — a refusal costs a second statement to tell those two
 // apart (Delete tells them apart in its one statement). A zero token is
 // taken from the context ([token.FromContext], whatever resource key the
-// context names: a row is not a lock key). Column names are quoted identifiers and values are
-// query parameters, never SQL text.
+// context names: a row is not a lock key). Column names are quoted
+// identifiers and values are query parameters, never SQL text; the only
+// SQL text a Table takes is the program's own [Expr] and [Where]
+// fragments, whose arguments are query parameters too.
 //
 // # Resource names
 //
@@ -107,7 +109,8 @@ type Table struct {
 	verified atomic.Bool
 
 	mu     sync.Mutex
-	shapes map[shapeKey]string // guarded by mu: statement texts
+	shapes map[shapeKey]string   // guarded by mu: statement texts
+	exprs  map[string]*exprShape // guarded by mu: Update with Expr, Add, Where
 }
 
 // maxShapes bounds the statement texts a Table remembers; beyond it texts
@@ -148,6 +151,7 @@ func NewTable(o TableOptions) (*Table, error) {
 		check:  o.Check,
 		logger: o.Logger,
 		shapes: map[shapeKey]string{},
+		exprs:  map[string]*exprShape{},
 	}
 	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
@@ -170,15 +174,25 @@ SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fencegua
 // String returns the table's name as configured, e.g. "public.items".
 func (tb *Table) String() string { return tb.name }
 
-// Assignment is one "column = value" of [Table.Update] or [Table.Upsert];
-// make it with [Set].
+// Assignment is one clause of [Table.Update]: a column's new value —
+// [Set] with a value or an [Expr], [Add] — or a condition on the row,
+// [Where]. [Table.Upsert] takes only Set with values.
 type Assignment struct {
+	kind   int
 	column string
-	value  any
+	value  any // a value, the delta of Add, or the Expression of Expr and Where
 }
 
-// Set assigns value to column. The value is sent as a query parameter.
-func Set(column string, value any) Assignment { return Assignment{column, value} }
+// Set assigns value to column. The value is sent as a query parameter,
+// whatever it contains — unless it is an [Expression] ([Expr]), SQL of the
+// program's own that computes the new value from the row in the same
+// statement.
+func Set(column string, value any) Assignment {
+	if e, ok := value.(Expression); ok {
+		return Assignment{kind: clauseExpr, column: column, value: e}
+	}
+	return Assignment{column: column, value: value}
+}
 
 // Read claims the row with key for t and reads columns into dest, in one
 // statement: the row's mark is advanced to t (a token equal to the mark is
@@ -207,7 +221,7 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 		return err
 	}
 	sql := tb.shape('r', columns, func() string { return tb.updateSQL(nil, columns) })
-	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, resource, t, dest)
+	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, resource, t, dest, nil)
 	if err == nil && !found {
 		err = tb.noRow("read", key)
 	}
@@ -217,6 +231,25 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 // Update assigns set to the row with key if t is not lower than the row's
 // mark, and advances the mark to t, in one statement. A refused Update
 // changes nothing.
+//
+// Assignments may compute from the row, and conditions may guard them, in
+// the same statement as the token check — the fenced form of
+// UPDATE items SET stock = stock - 1 WHERE id = $1 AND stock > 0:
+//
+//	err := items.Update(ctx, pool, 42, t, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+//
+// [Add] and [Set] with an [Expr] compute the new value from the row as it
+// was; [Where] adds conditions. Accepted, that is one statement, one round
+// trip. Refused, it is exactly one of: a [*token.StaleError] (the token is
+// below the mark, whatever the conditions), [ErrNoRow], or a
+// [*ConditionError] (errors.Is [ErrCondition]) when the token was accepted
+// and the conditions were not true — then nothing is assigned, but the
+// row is claimed for t, as a [Table.Read] claims: a condition is a read of
+// the row, and the holder acts on what it saw. Telling them apart takes
+// one or two more statements, only on refusal.
+//
+// A column that does not exist — a typo in a Set or an Add, or in a
+// fragment — is a [*ColumnError] naming it.
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
 	resource, err := tb.args(db, "update", key)
 	if err != nil {
@@ -225,16 +258,25 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	if len(set) == 0 {
 		return fmt.Errorf("%w: Update with nothing to set (use Read to only claim)", ErrBadInput)
 	}
-	cols, vals, err := tb.assignments(set)
+	cols, vals, plain, err := tb.assignments(set)
 	if err != nil {
 		return err
+	}
+	var x *exprShape
+	if !plain {
+		if x, err = tb.exprShape(set); err != nil {
+			return err
+		}
 	}
 	t, v, err := tb.admit(ctx, "update", resource, t)
 	if err != nil {
 		return err
 	}
+	if x != nil {
+		return tb.updateExpr(ctx, db, x, set, key, resource, t, v)
+	}
 	sql := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
-	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil)
+	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil, nil)
 	if err == nil && !found {
 		err = tb.noRow("update", key)
 	}
@@ -262,9 +304,12 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
-	cols, vals, err := tb.assignments(set)
+	cols, vals, plain, err := tb.assignments(set)
 	if err != nil {
 		return err
+	}
+	if !plain {
+		return fmt.Errorf("%w: Upsert takes values only (no Expr, Add or Where: the row may not exist)", ErrBadInput)
 	}
 	t, v, err := tb.admit(ctx, "upsert", resource, t)
 	if err != nil {
@@ -276,7 +321,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	insArgs := append([]any{v, key, tb.name + "/"}, vals...)
 	for attempts, retries := 0, 0; ; {
 		// The common case, an existing row, needs no tombstone.
-		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, resource, t, nil)
+		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, resource, t, nil, nil)
 		if found || err != nil {
 			return err
 		}
@@ -290,7 +335,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 			continue
 		}
 		if err != nil {
-			return wrapErr("upsert into", tb.name, err)
+			return tb.wrap("upsert into", ins, nil, err)
 		}
 		if done {
 			return nil
@@ -423,28 +468,40 @@ func checkColumn(c string) error {
 	return nil
 }
 
-// assignments validates set and splits it into columns and values.
-func (tb *Table) assignments(set []Assignment) ([]string, []any, error) {
-	cols := make([]string, len(set))
-	vals := make([]any, len(set))
-	for i, a := range set {
+// assignments validates set and splits it into columns and values; plain
+// is false when set has more than values (Expr, Add, Where), and then
+// cols and vals are of no use.
+func (tb *Table) assignments(set []Assignment) (cols []string, vals []any, plain bool, err error) {
+	cols = make([]string, 0, len(set))
+	vals = make([]any, 0, len(set))
+	plain = true
+	for _, a := range set {
+		if a.kind != clauseValue {
+			plain = false
+		}
+		if a.kind == clauseWhere {
+			continue
+		}
 		if err := checkColumn(a.column); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		switch a.column {
 		case tb.rawKey:
-			return nil, nil, fmt.Errorf("%w: assignment to the key column %q", ErrBadInput, a.column)
+			return nil, nil, false, fmt.Errorf("%w: assignment to the key column %q", ErrBadInput, a.column)
 		case tb.rawTok:
-			return nil, nil, fmt.Errorf("%w: assignment to the token column %q (the token is the fencing token)", ErrBadInput, a.column)
+			return nil, nil, false, fmt.Errorf("%w: assignment to the token column %q (the token is the fencing token)", ErrBadInput, a.column)
 		}
-		for _, c := range cols[:i] {
+		for _, c := range cols {
 			if c == a.column {
-				return nil, nil, fmt.Errorf("%w: column %q assigned twice", ErrBadInput, c)
+				return nil, nil, false, fmt.Errorf("%w: column %q assigned twice", ErrBadInput, c)
 			}
 		}
-		cols[i], vals[i] = a.column, a.value
+		cols, vals = append(cols, a.column), append(vals, a.value)
 	}
-	return cols, vals, nil
+	if !plain && len(cols) == 0 {
+		return nil, nil, false, fmt.Errorf("%w: Update with conditions but nothing to set (use Read to only claim)", ErrBadInput)
+	}
+	return cols, vals, plain, nil
 }
 
 // shapeKey identifies a statement text: the operation and its columns,
@@ -504,7 +561,7 @@ func (tb *Table) updateSQL(set, returning []string) string {
 // refused with a serialization failure (REPEATABLE READ or SERIALIZABLE
 // by default on the session) when db is not a transaction: it was a
 // transaction of its own.
-func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token, dest []any) (found bool, err error) {
+func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token, dest []any, x *exprShape) (found bool, err error) {
 	scan := append([]any{new(bool)}, dest...)
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		err := db.QueryRow(ctx, sql, args...).Scan(scan...)
@@ -516,7 +573,7 @@ func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, r
 			continue
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, sql, x, err)
 		}
 		var cur int64
 		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur)
@@ -524,7 +581,7 @@ func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, r
 			return false, nil
 		}
 		if err != nil {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, tb.currentSQL, nil, err)
 		}
 		if token.Token(cur) > t {
 			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
@@ -583,7 +640,7 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 			continue
 		}
 		if err != nil {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, sql, nil, err)
 		}
 		switch {
 		case claimed != nil && *claimed:
