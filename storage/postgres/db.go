@@ -85,15 +85,6 @@ func wrapErr(op, object string, err error) error {
 // maxToken is the largest token a bigint column holds.
 const maxToken = token.MaxInt64
 
-// resolveToken returns t, or the context's token when t is 0 (whatever
-// resource the context names: column mode's rows are not lock keys).
-func resolveToken(ctx context.Context, t token.Token) token.Token {
-	if t == 0 {
-		_, t, _ = token.FromContext(ctx)
-	}
-	return t
-}
-
 // admit runs [token.Admit] — the zero token and the empty resource are
 // refused, then check ([token.DefaultCheck] when nil) — and then refuses a
 // token that does not fit a bigint. It runs before any statement, so a

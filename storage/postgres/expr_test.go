@@ -101,7 +101,7 @@ func TestUpdateExprOutcomes(t *testing.T) {
 		t.Fatalf("stock %d, want 27", stock)
 	}
 	// The token from the context, as for Set.
-	if err := sellOne(token.NewContext(ctx, "sku:1", 9), items, pool, 1, 0); err != nil {
+	if err := sellOne(token.NewContext(ctx, "items/1", 9), items, pool, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if stock, mark := row(t, pool, 1); stock != 26 || mark != 9 {

@@ -43,6 +43,16 @@ type TableOptions struct {
 	// bound; [token.NoCheck] turns checking off.
 	Check token.Check
 
+	// LockKey maps a row's key to the key of the lock that guards the row,
+	// e.g. [LockKeyPrefix]("sku:") when rows of items are locked as
+	// "sku:<id>" (httpmw's PathValue("sku") and ChiParam("sku") keys). An operation given the zero token
+	// takes the context's token only when the context carries it for
+	// LockKey(key) — the one rule of every enforcer, [token.Resolve]: a
+	// token of another lock is refused as missing (a
+	// [*token.MismatchError] naming both keys), never used. Nil: the lock
+	// key is the row's resource name "<Name>/<key>".
+	LockKey func(key any) string
+
 	// Logger receives the audit record of every [Table.Reset]. Nil is
 	// slog.Default().
 	Logger *slog.Logger
@@ -58,8 +68,8 @@ type TableOptions struct {
 // with a [*token.StaleError] carrying the row's current mark; or no such
 // row, [ErrNoRow] — a refusal costs a second statement to tell those two
 // apart (Delete tells them apart in its one statement). A zero token is
-// taken from the context ([token.FromContext], whatever resource key the
-// context names: a row is not a lock key). Column names are quoted
+// taken from the context when the context carries it for the row's lock
+// key ([TableOptions.LockKey], [token.Resolve]). Column names are quoted
 // identifiers and values are query parameters, never SQL text; the only
 // SQL text a Table takes is the program's own [Expr] and [Where]
 // fragments, whose arguments are query parameters too.
@@ -90,15 +100,16 @@ type TableOptions struct {
 // table and shape (operation and column list), so pgx's statement cache
 // serves every later call.
 type Table struct {
-	name   string // as configured, for messages and tombstone keys
-	tbl    string // sanitized name
-	key    string // quoted key column
-	tok    string // quoted token column
-	rawKey string // as configured, to refuse assignments to it
-	rawTok string
-	tokens *Tokens
-	check  token.Check  // nil: token.DefaultCheck
-	logger *slog.Logger // nil: slog.Default()
+	name    string // as configured, for messages and tombstone keys
+	tbl     string // sanitized name
+	key     string // quoted key column
+	tok     string // quoted token column
+	rawKey  string // as configured, to refuse assignments to it
+	rawTok  string
+	tokens  *Tokens
+	check   token.Check      // nil: token.DefaultCheck
+	lockKey func(any) string // nil: the row's resource name
+	logger  *slog.Logger     // nil: slog.Default()
 
 	currentSQL string // $1 key → the row's token
 	deleteSQL  string
@@ -141,17 +152,18 @@ func NewTable(o TableOptions) (*Table, error) {
 		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadOptions, o.Key)
 	}
 	tb := &Table{
-		name:   strings.Join(o.Name, "."),
-		tbl:    o.Name.Sanitize(),
-		key:    quote(o.Key),
-		tok:    quote(o.Token),
-		rawKey: o.Key,
-		rawTok: o.Token,
-		tokens: o.Tokens,
-		check:  o.Check,
-		logger: o.Logger,
-		shapes: map[shapeKey]string{},
-		exprs:  map[string]*exprShape{},
+		name:    strings.Join(o.Name, "."),
+		tbl:     o.Name.Sanitize(),
+		key:     quote(o.Key),
+		tok:     quote(o.Token),
+		rawKey:  o.Key,
+		rawTok:  o.Token,
+		tokens:  o.Tokens,
+		check:   o.Check,
+		logger:  o.Logger,
+		lockKey: o.LockKey,
+		shapes:  map[shapeKey]string{},
+		exprs:   map[string]*exprShape{},
 	}
 	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
@@ -216,7 +228,7 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 			return err
 		}
 	}
-	t, v, err := tb.admit(ctx, "read", resource, t)
+	t, v, err := tb.admit(ctx, "read", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -268,7 +280,7 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 			return err
 		}
 	}
-	t, v, err := tb.admit(ctx, "update", resource, t)
+	t, v, err := tb.admit(ctx, "update", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -311,7 +323,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if !plain {
 		return fmt.Errorf("%w: Upsert takes values only (no Expr, Add or Where: the row may not exist)", ErrBadInput)
 	}
-	t, v, err := tb.admit(ctx, "upsert", resource, t)
+	t, v, err := tb.admit(ctx, "upsert", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -382,7 +394,7 @@ func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) erro
 	if err != nil {
 		return err
 	}
-	t, v, err := tb.admit(ctx, "delete", resource, t)
+	t, v, err := tb.admit(ctx, "delete", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -409,11 +421,18 @@ func (tb *Table) args(db DB, op string, key any) (string, error) {
 	return tb.name + "/" + k, nil
 }
 
-// admit resolves the token (the context's when t is 0) and admits it for
-// resource: the check, the bigint range, the context. Nothing has been
-// sent yet.
-func (tb *Table) admit(ctx context.Context, op, resource string, t token.Token) (token.Token, int64, error) {
-	t = resolveToken(ctx, t)
+// admit resolves the token (the context's when t is 0 and the context
+// carries it for the row's lock key) and admits it for resource: the
+// check, the bigint range, the context. Nothing has been sent yet.
+func (tb *Table) admit(ctx context.Context, op, resource string, key any, t token.Token) (token.Token, int64, error) {
+	lk := resource
+	if tb.lockKey != nil && t == 0 {
+		lk = tb.lockKey(key)
+	}
+	t, err := token.Resolve(ctx, lk, t)
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: %s: %w", op, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, 0, fmt.Errorf("postgres: %s %s: %w", op, tb.name, err)
 	}
@@ -422,6 +441,21 @@ func (tb *Table) admit(ctx context.Context, op, resource string, t token.Token) 
 		return 0, 0, err
 	}
 	return t, v, nil
+}
+
+// LockKeyPrefix returns a [TableOptions.LockKey] for rows whose lock key
+// is prefix followed by the row's key as it appears in the row's resource
+// name (Go's formatting of strings and integers, a UUID's canonical form:
+// see "Resource names" at [Table]): LockKeyPrefix("sku:") maps key 42 to
+// "sku:42".
+func LockKeyPrefix(prefix string) func(key any) string {
+	return func(key any) string {
+		k, err := keyText(key)
+		if err != nil {
+			return "" // matches no context: the token must be explicit
+		}
+		return prefix + k
+	}
 }
 
 // keyText is the key as it appears in a row's resource name.
