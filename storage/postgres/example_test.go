@@ -15,7 +15,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// The examples below need a server; they compile but do not run.
+// The examples of this file need a server of yours; they compile but do
+// not run (those of example_run_test.go run against the tests' own).
 var (
 	ctx  = context.Background()
 	pool *pgxpool.Pool   // pgxpool.New(ctx, "postgres://…")
