@@ -105,7 +105,11 @@
 // token then comes from the clock, far below the marks the high tokens
 // left at the resources, which refuse it as stale until the operator
 // resets them too ([Fence.Reset], or the resource's own) — to the new
-// holder's token, as [Sequencer] reports it. With the default [token.ClockBound] check at the
+// holder's token, as [Sequencer] reports it. A resource process that
+// checks with [token.SequencerCheck] still has the old, high answer cached:
+// call its [token.SequencerChecker.Forget] for the lock (or restart it, or
+// wait SequencerOptions.CacheTTL, a minute by default) — until then it
+// admits tokens up to that answer. With the default [token.ClockBound] check at the
 // resources, tokens that high were refused as forged anyway: a counter gets
 // there only by healing to a mark that was itself forged past a
 // [token.NoCheck].
