@@ -179,7 +179,9 @@
 //     [Table.Read] column or a fragment): [*ColumnError] (errors.Is
 //     [ErrNoColumn]), naming it; the key or token column missing is a
 //     [*SchemaError] around it;
-//   - no token (zero, and none in the context): [token.ErrMissing]; an
+//   - no token (zero, and none in the context for the call's lock key):
+//     [token.ErrMissing] ([*token.MismatchError] when the context carries
+//     another lock's token); an
 //     empty resource key: [token.ErrNoResource]; a token above the bigint
 //     range: [*token.RangeError] (errors.Is [token.ErrRange] and
 //     [token.ErrInvalid]);
@@ -188,14 +190,19 @@
 //     ([*KeyTypeError]): [*SchemaError] (errors.Is [ErrSchema]);
 //   - other unusable arguments, a fragment refused among them:
 //     [ErrBadInput]; unusable options: [ErrBadOptions];
-//   - a cancelled context: an error wrapping the context's error.
 //
 // A call that returns any of these wrote nothing (but see [Table.Delete]
 // and [Table.Upsert] for the tombstone a refusal may leave after a race,
 // and [ConditionError] for the claim).
-// Other errors come from pgx (connection lost, server errors — a hot
-// standby's read-only error among them); as with any database call, a
-// failure during COMMIT leaves its outcome unknown.
+//
+// A cancelled context, a lost connection or another error from pgx
+// (server errors — a hot standby's read-only error among them) is
+// different: the context's error (wrapped) when the context ended before
+// anything was sent means nothing was written, but once a statement is on
+// its way its outcome is unknown, as with any database call — the server
+// may have committed it while the reply was lost or the deadline passed.
+// A caller that must know reads the row (its token column says which
+// token wrote it last).
 //
 // # Concurrency
 //
