@@ -46,10 +46,41 @@
 // deadlocking. Releasing a nested hold does nothing; only the outermost
 // release releases the lock.
 //
+// # Deadlines and errors
+//
+// Acquire, TryAcquire, Release and Do return by their context's deadline,
+// also with the lock service unreachable. What must still happen after the
+// deadline — Do releasing the lock, a grant that came too late given back —
+// runs on a context of its own in the background, bounded by the lock's
+// own expiry (the locker's deadline of the lease, and at least a second):
+// past that the lock is free anyway. Do waits for its release while its
+// context lives and a short grace after.
+//
+// When the context ends while Acquire retries transient errors, its error
+// wraps both the context's error and the last attempt's:
+//
+//	guard: acquire "sku:42": context deadline exceeded (last attempt: redislock: acquire "sku:42": dial tcp 127.0.0.1:6379: connect: connection refused)
+//
+// so errors.Is finds context.DeadlineExceeded and the transport's error
+// alike.
+//
+// [New] refuses a TTL below the locker's minimum ([locks.MinTTLer]) with
+// a [*TTLError], at construction rather than at the first Acquire.
+//
+// # Reaching the backend's lease
+//
+// [Lease.Unwrap] returns the locker's own lease, for what only the backend
+// offers: etcdlock's IsOwner comparison for a transaction of your own,
+// zklock's znode path. [locks.LeaseAs] finds a backend's type through
+// wrappers too.
+//
 // # Observing
 //
 // [Options.Observer] receives an [Event] for acquisitions, renewals, losses
-// and releases, with durations, for metrics and logs.
+// and releases, with durations, for metrics and logs. [Options.Logger] gets
+// what an operator should know, and only that: a TryAcquire that finds the
+// lock held, or an Acquire whose context ends while it waits its turn, is
+// an outcome the caller asked for and logs at Debug.
 //
 // A Guard and its leases are safe for concurrent use.
 package guard

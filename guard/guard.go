@@ -45,9 +45,12 @@ type Options struct {
 
 	// Logger receives what an operator should know: a lease lost (Warn),
 	// a renewal failing (Warn), the lock service unreachable while
-	// acquiring (Warn, once per Acquire), an acquire giving up or a
-	// release failing (Info). Successes are not logged. Default
-	// slog.Default(); use slog.New(slog.DiscardHandler) to silence it.
+	// acquiring (Warn, once per Acquire), an acquire giving up on an
+	// error or a release failing (Info). Successes and expected outcomes
+	// are not news: a TryAcquire that finds the lock held, or an Acquire
+	// whose context ends while it waits its turn, log at Debug only.
+	// Default slog.Default(); use slog.New(slog.DiscardHandler) to
+	// silence it.
 	Logger *slog.Logger
 }
 
@@ -59,7 +62,8 @@ type Guard struct {
 }
 
 // New returns a Guard over l. It fails with an error wrapping
-// [ErrBadOptions] when o is inconsistent.
+// [ErrBadOptions] when o is inconsistent, and with a [*TTLError] when
+// o.TTL is below the locker's minimum ([locks.MinTTLer]).
 func New(l locks.Locker, o Options) (*Guard, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil locker", ErrBadOptions)
@@ -96,6 +100,9 @@ func New(l locks.Locker, o Options) (*Guard, error) {
 	case o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff:
 		return nil, fmt.Errorf("%w: backoff %v..%v", ErrBadOptions, o.MinBackoff, o.MaxBackoff)
 	}
+	if m := locks.MinTTL(l); o.TTL < m {
+		return nil, &TTLError{TTL: o.TTL, Min: m}
+	}
 	return &Guard{locker: l, o: o, drift: time.Duration(float64(o.TTL) * o.Drift)}, nil
 }
 
@@ -111,6 +118,20 @@ var (
 	// ErrBadOptions reports an inconsistent [Options].
 	ErrBadOptions = errors.New("guard: bad options")
 )
+
+// TTLError is returned by [New] when Options.TTL is below the locker's
+// minimum ([locks.MinTTLer]): every acquire would fail with
+// [locks.ErrInvalid]. It unwraps to [ErrBadOptions] and [locks.ErrInvalid].
+type TTLError struct {
+	TTL, Min time.Duration
+}
+
+func (e *TTLError) Error() string {
+	return fmt.Sprintf("guard: bad options: TTL %v is below the locker's minimum %v", e.TTL, e.Min)
+}
+
+// Unwrap returns [ErrBadOptions] and [locks.ErrInvalid].
+func (e *TTLError) Unwrap() []error { return []error{ErrBadOptions, locks.ErrInvalid} }
 
 // LostError is the cause of a lease context cancelled because the lease was
 // lost. It unwraps to [ErrLost] and to the reason: an error wrapping
@@ -171,6 +192,9 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 	start := g.o.Clock.Now()
 	backoff := g.o.MinBackoff
 	warned := false // once per acquire
+	// lastErr is the last attempt's error that was not the context ending:
+	// the root cause the final error keeps when the context ends.
+	var lastErr error
 	for {
 		l, err := try(ctx, key, g.o.TTL)
 		if err == nil {
@@ -178,11 +202,12 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 				return &Lease{h: h}, nil
 			}
 			// The grant came too late to be of use (the call outlasted the
-			// TTL): give it back and try again.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.o.TTL)
-			_ = l.Release(rctx)
-			cancel()
+			// TTL): give it back, in the background, and try again.
+			g.releaseLate(ctx, l)
 			err = fmt.Errorf("granted after its local deadline had passed: %w", ErrDeadline)
+		}
+		if ctx.Err() == nil || !isContextErr(err) {
+			lastErr = err
 		}
 		var p permanent
 		// A bad argument, or a token counter at its ceiling, will not mend
@@ -202,12 +227,57 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 				t.Stop()
 			}
 		}
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		if ctx.Err() != nil && lastErr != nil && !errors.Is(lastErr, ctx.Err()) {
+			// Keep the root cause: "context deadline exceeded (last
+			// attempt: dial tcp …: connection refused)", errors.Is true
+			// for both.
+			err = fmt.Errorf("%w (last attempt: %w)", ctx.Err(), lastErr)
 		}
-		g.observe(Event{Kind: AcquireFailed, Key: key, Duration: g.o.Clock.Now().Sub(start), Err: err})
+		waited := g.o.Clock.Now().Sub(start)
+		g.observe(Event{Kind: AcquireFailed, Key: key, Duration: waited, Err: err})
+		level := slog.LevelInfo
+		if errors.Is(err, locks.ErrNotObtained) || (lastErr == nil && isContextErr(err)) {
+			// The lock held (TryAcquire), or the context ending while the
+			// acquire waited its turn: outcomes the caller asked for, not
+			// news.
+			level = slog.LevelDebug
+		}
+		g.o.Logger.Log(ctx, level, "fenceguard: acquire gave up", "key", key, "waited", waited, "err", err)
 		return nil, fmt.Errorf("guard: acquire %q: %w", key, err)
 	}
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// releaseGrace is how long a call whose context has ended still waits for
+// a release it started before leaving it to finish in the background.
+const releaseGrace = 50 * time.Millisecond
+
+// releaseBound is the context of a release that must not be cut short by
+// the caller's context ending: ctx's values, ending when the lock would
+// expire on its own anyway (the locker's deadline of l), and at least a
+// second from now.
+func releaseBound(ctx context.Context, l locks.Lease) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(ctx), later(l.Deadline(), time.Now().Add(time.Second)))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// releaseLate gives back a grant that came too late to use, in the
+// background: the acquire goes on (or returns) at once.
+func (g *Guard) releaseLate(ctx context.Context, l locks.Lease) {
+	rctx, cancel := releaseBound(ctx, l)
+	go func() {
+		defer cancel()
+		_ = l.Release(rctx)
+	}()
 }
 
 // Do acquires key, runs fn, and releases the lock, also when fn panics.
@@ -220,18 +290,41 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The caller's ctx may be done; the release must still happen.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.o.TTL)
-		defer cancel()
-		err = errors.Join(err, lease.Release(rctx))
-	}()
+	defer func() { err = errors.Join(err, g.release(ctx, lease)) }()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()
 	fctx = context.WithValue(token.NewContext(fctx, key, lease.Token()), holdKey{g, key}, lease.h)
 	return fn(fctx, lease.Token())
+}
+
+// release is Do's release. The caller's ctx may be done, and the release
+// must still happen: it runs on a context of its own, bounded by the
+// lock's own expiry (releaseBound). Do waits for it while ctx lives (and
+// releaseGrace after); past that it returns — within ctx's deadline — and
+// the release finishes in the background. A loss of the lease is
+// reported either way.
+func (g *Guard) release(ctx context.Context, lease *Lease) error {
+	rctx, cancel := releaseBound(ctx, lease.h.lease)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- lease.Release(rctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(releaseGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return loss(lease.Context()) // lost before the release began, or nil
+	}
 }
 
 func (g *Guard) observe(e Event) {
@@ -245,8 +338,6 @@ func (g *Guard) observe(e Event) {
 	case e.Kind == RenewFailed:
 		log.Warn("fenceguard: lease renewal failed; the lease lives until its local deadline",
 			"key", e.Key, "token", uint64(e.Token), "err", e.Err)
-	case e.Kind == AcquireFailed:
-		log.Info("fenceguard: acquire gave up", "key", e.Key, "waited", e.Duration, "err", e.Err)
 	case e.Kind == Released && e.Err != nil:
 		log.Info("fenceguard: release failed; the lock expires at the end of its TTL", "key", e.Key, "token", uint64(e.Token), "err", e.Err)
 	}

@@ -41,6 +41,18 @@ func (l *Lease) Deadline() time.Time {
 	return l.h.deadline
 }
 
+// Unwrap returns the locker's own lease underneath, for what only the
+// backend offers — an etcd grant's ownership comparison for a
+// transaction of one's own, a ZooKeeper znode's path. Use it to read, not
+// to renew or release: the Guard does both, and a Release behind its back
+// ends the lease without its context knowing. [locks.LeaseAs] finds a
+// backend's type through wrappers (tracing) too:
+//
+//	el, ok := locks.LeaseAs[*etcdlock.Lease](lease.Unwrap())
+//
+// A nested hold returns the outermost hold's lease.
+func (l *Lease) Unwrap() locks.Lease { return l.h.lease }
+
 // Nested reports whether this is a nested hold of an outer lease.
 func (l *Lease) Nested() bool { return l.nested }
 

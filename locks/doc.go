@@ -24,6 +24,16 @@
 // idempotent. Most users do not call Renew themselves: package guard keeps
 // leases alive and cancels a context when one is lost.
 //
+// # Deadlines, minimum TTLs, what is underneath
+//
+// Every call returns by its context's deadline, also with the lock service
+// unreachable; a backend's clean-up after a failed acquire may go on in the
+// background, bounded, and its Close waits for it (lockstest's Unreachable
+// subtest checks this). Lockers with a minimum TTL implement [MinTTLer], so
+// that package guard refuses a shorter TTL when it is built. Wrapping
+// leases implement [Unwrapper]; [LeaseAs] finds a backend's own lease type
+// through them.
+//
 // # Errors
 //
 //   - [ErrNotObtained]: [Locker.TryAcquire] found the lock held.

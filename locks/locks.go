@@ -65,6 +65,53 @@ type LossNotifier interface {
 	Lost() <-chan struct{}
 }
 
+// MinTTLer is implemented by lockers that refuse leases shorter than a
+// minimum (the backend's resolution or its server's floor): Acquire and
+// TryAcquire with a smaller TTL fail with [ErrInvalid]. Package guard asks
+// for it so that a Guard whose TTL is too short fails at construction, not
+// at its first acquire. A locker that wraps another (tracing, metrics)
+// should pass the inner locker's minimum on.
+type MinTTLer interface {
+	MinTTL() time.Duration
+}
+
+// MinTTL returns l's minimum TTL when it implements [MinTTLer], and 0 (no
+// minimum known) when it does not.
+func MinTTL(l Locker) time.Duration {
+	if m, ok := l.(MinTTLer); ok {
+		return m.MinTTL()
+	}
+	return 0
+}
+
+// Unwrapper is implemented by leases that wrap another one (package guard's
+// Lease, a tracing wrapper): Unwrap returns the lease underneath.
+type Unwrapper interface {
+	Unwrap() Lease
+}
+
+// LeaseAs returns the first lease in l's chain of Unwrap calls (l itself
+// first) of type T, say *etcdlock.Lease, to reach what only the backend
+// offers:
+//
+//	if el, ok := locks.LeaseAs[*etcdlock.Lease](gl.Unwrap()); ok {
+//		txn.If(el.IsOwner())
+//	}
+func LeaseAs[T any](l Lease) (T, bool) {
+	for l != nil {
+		if t, ok := l.(T); ok {
+			return t, true
+		}
+		u, ok := l.(Unwrapper)
+		if !ok {
+			break
+		}
+		l = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // Sentinel errors, tested with [errors.Is].
 var (
 	ErrNotObtained = errors.New("lock not obtained: held by another")

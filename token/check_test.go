@@ -200,6 +200,44 @@ func TestSequencerCheckCacheBounds(t *testing.T) {
 	}
 }
 
+// A counter recovered by an operator goes down: the cached answer from
+// before would admit forgeries up to it. It ages out after CacheTTL, and
+// Forget drops it at once.
+func TestSequencerCheckCacheAfterRecovery(t *testing.T) {
+	ctx := context.Background()
+	s := &seq{cur: map[string]token.Token{"k": 1 << 60}}
+	now := time.Unix(1000, 0)
+	c := token.SequencerCheck(s, token.SequencerOptions{CacheTTL: time.Minute, Now: func() time.Time { return now }})
+	if err := c.Check(ctx, "k", 1<<60); err != nil {
+		t.Fatal(err)
+	}
+	s.set("k", 500) // the counter deleted, a new grant from the clock's floor
+	if err := c.Check(ctx, "k", 1<<59); err != nil {
+		t.Fatalf("within the TTL the cached answer stands (documented): %v", err)
+	}
+	now = now.Add(time.Minute)
+	if err := c.Check(ctx, "k", 1<<59); !errors.Is(err, token.ErrForged) {
+		t.Errorf("after CacheTTL, Check(2^59) against 500 = %v, want forged", err)
+	}
+	s.set("k", 1<<60)
+	if err := c.Check(ctx, "k", 1<<60); err != nil { // cached again
+		t.Fatal(err)
+	}
+	s.set("k", 600)
+	c.Forget("k")
+	if err := c.Check(ctx, "k", 601); !errors.Is(err, token.ErrForged) {
+		t.Errorf("after Forget, Check(601) against 600 = %v, want forged", err)
+	}
+	if err := c.Check(ctx, "k", 600); err != nil {
+		t.Fatal(err)
+	}
+	c.Forget("")
+	s.set("k", 10)
+	if err := c.Check(ctx, "k", 600); !errors.Is(err, token.ErrForged) {
+		t.Errorf("after Forget(\"\"), Check(600) against 10 = %v, want forged", err)
+	}
+}
+
 func TestMemoryFenceResetLogs(t *testing.T) {
 	ctx := context.Background()
 	var buf bytes.Buffer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // A Sequencer is the lock service's side of Chubby's CheckSequencer: it
@@ -37,6 +38,18 @@ type SequencerOptions struct {
 	// below the cached answer needs no query: answers never decrease. A
 	// negative size disables the cache. Default 4096.
 	CacheSize int
+
+	// CacheTTL is how long a cached answer is used before the lock service
+	// is asked again. Answers never decrease while the lock service keeps
+	// its counters; an operator who recovers a lost or poisoned counter
+	// (deletes it, or lets a healed one fall back to the clock) makes them
+	// go down, and a cached answer from before would admit tokens up to
+	// the old value until it ages out — or until [SequencerChecker.Forget]
+	// is called. Default one minute; negative: answers never age.
+	CacheTTL time.Duration
+
+	// Now is the clock the cache ages by. Default time.Now.
+	Now func() time.Time
 }
 
 // SequencerCheck returns the sequencer check: a token above the token of
@@ -57,34 +70,66 @@ type SequencerOptions struct {
 // answer; a forger's every token above it costs one query. Put a
 // [ClockBound] before it with [All] so made-up tokens far above the clock
 // cost nothing.
-func SequencerCheck(s Sequencer, o SequencerOptions) Check {
+func SequencerCheck(s Sequencer, o SequencerOptions) *SequencerChecker {
 	if o.LockKey == nil {
 		o.LockKey = func(r string) string { return r }
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 4096
 	}
-	return &seqCheck{s: s, o: o, cache: map[string]Token{}}
+	if o.CacheTTL == 0 {
+		o.CacheTTL = time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &SequencerChecker{s: s, o: o, cache: map[string]cached{}}
 }
 
-type seqCheck struct {
+// SequencerChecker is the [Check] [SequencerCheck] returns.
+type SequencerChecker struct {
 	s Sequencer
 	o SequencerOptions
 
 	mu    sync.Mutex
-	cache map[string]Token // guarded by mu; lock key → last answer
+	cache map[string]cached // guarded by mu; lock key → last answer
 }
 
-func (c *seqCheck) Check(ctx context.Context, resource string, t Token) error {
+type cached struct {
+	t  Token
+	at time.Time
+}
+
+// Forget drops the cached answer for lockKey (every key when lockKey is
+// empty), so that the next check asks the lock service. Call it after
+// recovering the lock's counter — deleting it, or resetting a resource's
+// mark below a cached answer — in every process that checks (or wait
+// [SequencerOptions.CacheTTL]).
+func (c *SequencerChecker) Forget(lockKey string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lockKey == "" {
+		clear(c.cache)
+		return
+	}
+	delete(c.cache, lockKey)
+}
+
+// Check implements [Check].
+func (c *SequencerChecker) Check(ctx context.Context, resource string, t Token) error {
 	if c.s == nil {
 		return fmt.Errorf("token: sequencer check for %q: nil Sequencer", resource)
 	}
 	key := c.o.LockKey(resource)
 	if c.o.CacheSize > 0 {
 		c.mu.Lock()
-		cached := c.cache[key]
+		e, ok := c.cache[key]
+		if ok && c.o.CacheTTL > 0 && c.o.Now().Sub(e.at) >= c.o.CacheTTL {
+			delete(c.cache, key)
+			ok = false
+		}
 		c.mu.Unlock()
-		if t <= cached {
+		if ok && t <= e.t {
 			return nil
 		}
 	}
@@ -93,15 +138,18 @@ func (c *seqCheck) Check(ctx context.Context, resource string, t Token) error {
 		return fmt.Errorf("token: sequencer check for %q (lock %q): %w", resource, key, err)
 	}
 	if c.o.CacheSize > 0 {
+		now := c.o.Now()
 		c.mu.Lock()
-		if prev, ok := c.cache[key]; !ok && len(c.cache) >= c.o.CacheSize {
-			for k := range c.cache { // any one: the cache is an optimisation
-				delete(c.cache, k)
-				break
+		if prev, ok := c.cache[key]; !ok {
+			if len(c.cache) >= c.o.CacheSize {
+				for k := range c.cache { // any one: the cache is an optimisation
+					delete(c.cache, k)
+					break
+				}
 			}
-			c.cache[key] = cur
-		} else if cur > prev {
-			c.cache[key] = cur
+			c.cache[key] = cached{cur, now}
+		} else if cur > prev.t {
+			c.cache[key] = cached{cur, now}
 		}
 		c.mu.Unlock()
 	}

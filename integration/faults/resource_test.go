@@ -153,7 +153,7 @@ func newResourceService(t *testing.T, enforcers []string) *resourceService {
 		if e == httpPG {
 			// The strong setup across processes: the store checks the
 			// token in the statement; the middleware refuses early.
-			tb, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"http_on"}, Key: "id"})
+			tb, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"http_on"}, Key: "id", LockKey: postgres.LockKeyPrefix("id:")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,7 +52,7 @@ func newShop(t *testing.T, stock int) *shop {
 	if _, err := pool.Exec(ctx, `CREATE TABLE items (id bigint PRIMARY KEY, stock int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
+	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", LockKey: postgres.LockKeyPrefix("sku:")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,4 +134,43 @@
 // etcd's replicated log, linearizable through any member, never by a read
 // a lagging member could serve. [Fence.Reset] sets one mark by name in one
 // transaction and logs it (token.LogReset).
+//
+// # Your own transactions: IsOwner
+//
+// A grant's [Lease.IsOwner] is the comparison that holds exactly while the
+// grant holds the lock (its key, [Lease.OwnKey], still there with its
+// create revision, [Lease.CreateRevision], which is also the token): put it
+// in the If of a transaction of your own and the transaction commits only
+// while the lock is yours, as with concurrency.Mutex. Through package
+// guard, reach the lease with locks.LeaseAs on guard's Lease.Unwrap:
+//
+//	el, _ := locks.LeaseAs[*etcdlock.Lease](lease.Unwrap())
+//	resp, err := cli.Txn(ctx).If(el.IsOwner()).Then(clientv3.OpPut(k, v)).Commit()
+//	// resp.Succeeded false: the lock moved on, nothing was written.
+//
+// # Deadlines and clean-up
+//
+// Acquire, TryAcquire, Renew and Release return by their context's
+// deadline, also with etcd unreachable. A waiter that gives up deletes its
+// queue key on a context of its own, bounded by a second: it waits for that
+// a moment (50ms) past its deadline and then leaves it to finish in the
+// background; [Locker.Close] waits for such clean-ups.
+//
+// # The etcd client's logging
+//
+// The locker uses the *clientv3.Client you built, and its logging is that
+// client's: clientv3.Config.Logger, a zap logger, by default writing to
+// stderr. [ClientLogger] routes it through a *slog.Logger, and passes on at
+// Debug the client's warning "retrying of unary invoker failed … context
+// canceled", which it logs for every request whose context ends (the
+// caller has the request's error already); zap.NewNop() silences it:
+//
+//	cli, err := clientv3.New(clientv3.Config{
+//		Endpoints: endpoints,
+//		Logger:    etcdlock.ClientLogger(slog.Default()),
+//	})
+//
+// The locker itself cuts none of its own requests short in ordinary use
+// (acquire, wait, release, Close), so it causes no such warning; a request
+// cancelled by your context still does, at Debug through ClientLogger.
 package etcdlock

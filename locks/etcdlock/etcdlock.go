@@ -55,9 +55,54 @@ type Locker struct {
 	c Client
 	o Options
 
-	mu     sync.Mutex
-	idle   map[int64][]idleLease // guarded by mu; by TTL in seconds
-	closed bool                  // guarded by mu
+	mu      sync.Mutex
+	idle    map[int64][]idleLease // guarded by mu; by TTL in seconds
+	closed  bool                  // guarded by mu
+	cleanup sync.WaitGroup        // background clean-ups; Add under mu while !closed
+}
+
+// Bounds of background clean-ups (see Lease.abandon and Close).
+const (
+	// cleanupTimeout bounds one clean-up, and Close's revocations.
+	cleanupTimeout = time.Second
+	// cleanupWait is how long a call whose context has ended still waits
+	// for its clean-up before returning.
+	cleanupWait = 50 * time.Millisecond
+)
+
+// background runs fn on a context of its own bounded by cleanupTimeout,
+// and waits for it while ctx lives and cleanupWait after; past that it
+// returns and fn finishes in the background (Close waits for it). So a
+// call returns by its context's deadline even when etcd does not answer.
+func (l *Locker) background(ctx context.Context, fn func(ctx context.Context)) {
+	run := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		fn(cctx)
+	}
+	done := make(chan struct{})
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		run() // Close may be waiting already: no goroutine it would miss
+		return
+	}
+	l.cleanup.Go(func() {
+		defer close(done)
+		run()
+	})
+	l.mu.Unlock()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 type idleLease struct {
@@ -66,6 +111,14 @@ type idleLease struct {
 }
 
 var _ locks.Locker = (*Locker)(nil)
+
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL], one second, etcd's lease
+// resolution. (The server raises shorter leases to its own minimum, 2s
+// with default settings: the lease is then longer than asked, and the
+// local deadline, counted from the TTL asked for, stays conservative.)
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
 
 // New returns a Locker on c.
 func New(c Client, o Options) (*Locker, error) {
@@ -81,8 +134,11 @@ func New(c Client, o Options) (*Locker, error) {
 	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}}, nil
 }
 
-// Close revokes the idle leases the locker keeps and fails later acquires
-// with [ErrClosed]. Granted leases stay usable. Close is idempotent.
+// Close revokes the idle leases the locker keeps, waits for the clean-ups
+// of failed acquires still running in the background, and fails later
+// acquires with [ErrClosed]. Granted leases stay usable. It takes at most
+// about a second when etcd does not answer (the idle leases then lapse at
+// their TTL). Close is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -93,16 +149,26 @@ func (l *Locker) Close() error {
 	idle := l.idle
 	l.idle = nil
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
 	for _, ls := range idle {
 		for _, il := range ls {
-			if _, err := l.c.Revoke(ctx, il.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				errs = append(errs, err)
-			}
+			wg.Go(func() {
+				if _, err := l.c.Revoke(ctx, il.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
 		}
 	}
+	wg.Wait()
+	l.cleanup.Wait()
 	return errors.Join(errs...)
 }
 
@@ -217,11 +283,11 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 			continue // a reused lease had lapsed, or ours expired while waiting: start over
 		}
 		if err != nil {
-			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
-				if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-					err = fmt.Errorf("%w: %w", ctx.Err(), err)
-				}
+			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, ErrClosed) {
 				return nil, err
+			}
+			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+				err = fmt.Errorf("%w: %w", ctx.Err(), err)
 			}
 			return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
 		}
@@ -264,7 +330,7 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	if kerr != nil {
 		// The put succeeded, so the lease was live when it was applied;
 		// the keep-alive raced its expiry. Treat it as lapsed.
-		s.abandon()
+		s.abandon(ctx)
 		return nil, kerr
 	}
 	s.deadline = deadline
@@ -286,7 +352,7 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 		return s, nil
 	}
 	if err := s.waitTurn(ctx, q); err != nil {
-		s.abandon()
+		s.abandon(ctx)
 		return nil, err
 	}
 	return s, nil
@@ -530,13 +596,24 @@ func (s *Lease) follow(ctx context.Context, wch clientv3.WatchChan) error {
 	return fmt.Errorf("etcdlock: watch of %q ended", s.myKey)
 }
 
-// stopWatching ends the watch behind Lost, if any, and waits for it.
-func (s *Lease) stopWatching() {
+// stopWatching ends the watch behind Lost, if any, and waits for it. It
+// runs after the release's delete, which ends the watch on its own soon
+// (a deletion, or the key found gone): while the watch's first read may be
+// in flight it waits for that (or for ctx) before cancelling, so that an
+// ordinary release does not cut a request short — the etcd client logs a
+// warning for each one that is.
+func (s *Lease) stopWatching(ctx context.Context) {
 	s.watchOnce.Do(func() {}) // no watch may start after this
-	if s.stopWatch != nil {
-		s.stopWatch()
-		<-s.watchDone
+	if s.stopWatch == nil {
+		return
 	}
+	select {
+	case <-s.watchReady:
+	case <-s.watchDone:
+	case <-ctx.Done():
+	}
+	s.stopWatch()
+	<-s.watchDone
 }
 
 // Key implements [locks.Lease].
@@ -559,23 +636,42 @@ func (s *Lease) Deadline() time.Time {
 func (s *Lease) LeaseID() clientv3.LeaseID { return s.id }
 
 // IsOwner is a comparison that holds only while this grant holds the lock,
-// for etcd transactions that must be fenced by it.
+// for etcd transactions of your own that must be fenced by it (as
+// concurrency.Mutex's IsOwner): the grant's key still there with its create
+// revision. A grant is the lock's only while its key is the oldest in the
+// queue, so the comparison holds from the grant until its release or
+// expiry, and never again after:
+//
+//	resp, err := cli.Txn(ctx).If(lease.IsOwner()).Then(clientv3.OpPut(k, v)).Commit()
+//	// !resp.Succeeded: the lock had moved on; nothing was written.
+//
+// Reach it through package guard with [locks.LeaseAs] on guard's
+// Lease.Unwrap.
 func (s *Lease) IsOwner() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(s.myKey), "=", s.rev)
 }
 
+// OwnKey is the etcd key this grant wrote in the lock's queue (Key is the
+// lock's key): concurrency.Mutex's Key. It is attached to [Lease.LeaseID].
+func (s *Lease) OwnKey() string { return s.myKey }
+
+// CreateRevision is the create revision of [Lease.OwnKey], the grant's
+// fencing token as etcd's int64.
+func (s *Lease) CreateRevision() int64 { return s.rev }
+
 // abandon removes the grant's key (a gave-up waiter, or a grant whose
-// caller will never see it), with a fresh context: the caller's may be done.
-func (s *Lease) abandon() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
+// caller will never see it) on a context of its own, since ctx, the
+// caller's, may be done: see Locker.background.
+func (s *Lease) abandon(ctx context.Context) {
 	if s.rev == 0 {
 		return
 	}
-	resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
-	if err == nil && resp.Succeeded {
-		s.l.putBack(s.id, s.ttl, s.Deadline())
-	}
+	s.l.background(ctx, func(ctx context.Context) {
+		resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
+		if err == nil && resp.Succeeded {
+			s.l.putBack(s.id, s.ttl, s.Deadline())
+		}
+	})
 }
 
 // Renew implements [locks.Lease]: a keep-alive of the grant's lease and,
@@ -619,7 +715,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
 	}
-	s.stopWatching()
+	s.stopWatching(ctx)
 	if !resp.Succeeded {
 		return locks.NotHeldError("release", s.key, s.Token())
 	}

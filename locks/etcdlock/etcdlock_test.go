@@ -66,6 +66,11 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 		// etcd leases count whole seconds, and 2s is the server's minimum.
 		ShortTTL: 2 * time.Second,
 		Rounds:   10,
+		Unreachable: func(t *testing.T) (locks.Locker, func()) {
+			d := db(t)
+			p := servers.NewProxy(t, d.Endpoints[0])
+			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Cut() }
+		},
 	})
 }
 

@@ -11,8 +11,10 @@
 // try-acquires, strictly increasing tokens, what happens to a lease that
 // expired behind its holder's back, wake-up on release, prompt and clean
 // cancellation, independence of keys and, with [Config.NewSequencer], that
-// the backend's [token.Sequencer] answers the current grant's token. Each
-// subtest uses keys of its own,
+// the backend's [token.Sequencer] answers the current grant's token, and,
+// with [Config.Unreachable], that every call returns by its context's
+// deadline while the lock service is unreachable. Each subtest uses keys of
+// its own,
 // so lockers may share one server with other tests. Subtests run one after
 // another: several measure latency and must not compete for the CPU.
 package lockstest
@@ -59,6 +61,19 @@ type Config struct {
 	// the locker's prefix). When set, the Sequencer subtest checks its
 	// Current against the grants; when nil, that subtest is skipped.
 	NewSequencer func(t *testing.T, l locks.Locker) token.Sequencer
+
+	// Unreachable returns a locker on a lock service of its own, and a
+	// func that makes that service unreachable for the rest of the
+	// subtest (stops the server, cuts a proxy in front of it). The
+	// Unreachable subtest takes a lease, queues for it, cuts the service
+	// off under the waiter, and checks that the waiter, and then Acquire,
+	// TryAcquire, Renew and Release, each with a
+	// [DeadlineCall] deadline, return within [DeadlineSlack] of it, with
+	// an error: a call must not outlast its context because of the
+	// backend's own clean-up, which may go on in the background (bounded:
+	// the package's goroutine-leak check runs after the tests). When nil,
+	// that subtest is skipped.
+	Unreachable func(t *testing.T) (l locks.Locker, cut func())
 }
 
 // Bounds the suite asserts. They are generous on purpose: the benchmarks
@@ -70,6 +85,10 @@ const (
 	// CancelBound is how soon after its context ends a blocked acquire
 	// must return.
 	CancelBound = 100 * time.Millisecond
+	// DeadlineCall is the deadline of each call the Unreachable subtest
+	// makes, and DeadlineSlack how late after it the call may return.
+	DeadlineCall  = time.Second
+	DeadlineSlack = 250 * time.Millisecond
 )
 
 func (c *Config) defaults() {
@@ -117,6 +136,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelledBeforeAcquire", s.cancelledBefore},
 		{"KeysIndependent", s.keysIndependent},
 		{"Sequencer", s.sequencer},
+		{"Unreachable", s.unreachable},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
@@ -629,4 +649,85 @@ func (s *suite) sequencer(t *testing.T) {
 	if cur := current("granted again"); cur != next.Token() {
 		t.Fatalf("granted again: Current %d, want %d", cur, next.Token())
 	}
+}
+
+// With the lock service unreachable, every call returns by its context's
+// deadline (plus DeadlineSlack), with an error. One that returns at the
+// deadline says so (it wraps context.DeadlineExceeded); one that returns
+// before it failed on its own, and its error is the transport's, not "not
+// obtained".
+func (s *suite) unreachable(t *testing.T) {
+	if s.cfg.Unreachable == nil {
+		t.Skip("lockstest: Config.Unreachable not set")
+	}
+	l, cut := s.cfg.Unreachable(t)
+	if l == nil || cut == nil {
+		t.Fatal("Unreachable returned a nil locker or cut func")
+	}
+	ctx := ctxFor(t, time.Minute)
+	k := key(t, "k")
+	lease := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	// before runs as the call starts: the first call queues for the held
+	// key while the service is up, and the service goes away under it.
+	before := func() {
+		time.Sleep(DeadlineCall / 4)
+		cut()
+	}
+	check := func(op string, call func(context.Context) error, notObtainedOK bool) {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(context.Background(), DeadlineCall)
+		defer cancel()
+		deadline, _ := cctx.Deadline()
+		start := time.Now()
+		var wg sync.WaitGroup
+		if before != nil {
+			wg.Go(before)
+			before = nil
+		}
+		err := call(cctx)
+		wg.Wait()
+		returned := time.Now()
+		took, late := returned.Sub(start), returned.Sub(deadline)
+		t.Logf("%s with the service unreachable: returned after %v (%+v past the deadline): %v", op, took.Round(time.Millisecond), late.Round(time.Millisecond), err)
+		switch {
+		case err == nil:
+			t.Errorf("%s succeeded with the lock service unreachable", op)
+		case late > DeadlineSlack:
+			t.Errorf("%s returned %v after its context's deadline, want under %v: %v", op, late, DeadlineSlack, err)
+		case !notObtainedOK && errors.Is(err, locks.ErrNotObtained):
+			t.Errorf("%s: %v; an unreachable service is not a held lock", op, err)
+		case late >= 0 && !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("%s returned at the deadline with %v, want an error wrapping context.DeadlineExceeded", op, err)
+		}
+	}
+	check("Acquire of the held key, queued before the cut", func(ctx context.Context) error {
+		l2, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+		if err == nil {
+			_ = l2.Release(context.Background())
+		}
+		return err
+	}, true)
+	check("Acquire", func(ctx context.Context) error {
+		l2, err := l.Acquire(ctx, key(t, "other"), s.cfg.LongTTL)
+		if err == nil {
+			_ = l2.Release(context.Background())
+		}
+		return err
+	}, false)
+	check("TryAcquire", func(ctx context.Context) error {
+		l2, err := l.TryAcquire(ctx, key(t, "other"), s.cfg.LongTTL)
+		if err == nil {
+			_ = l2.Release(context.Background())
+		}
+		return err
+	}, false)
+	check("Acquire of the held key", func(ctx context.Context) error {
+		l2, err := l.Acquire(ctx, k, s.cfg.LongTTL)
+		if err == nil {
+			_ = l2.Release(context.Background())
+		}
+		return err
+	}, true)
+	check("Renew", lease.Renew, false)
+	check("Release", lease.Release, false)
 }

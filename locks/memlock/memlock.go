@@ -75,6 +75,11 @@ type grant struct {
 
 var _ locks.Locker = (*Locker)(nil)
 
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL].
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
+
 // New returns an empty Locker. It is equivalent to new(Locker).
 func New() *Locker { return new(Locker) }
 

@@ -105,7 +105,11 @@
 // token then comes from the clock, far below the marks the high tokens
 // left at the resources, which refuse it as stale until the operator
 // resets them too ([Fence.Reset], or the resource's own) — to the new
-// holder's token, as [Sequencer] reports it. With the default [token.ClockBound] check at the
+// holder's token, as [Sequencer] reports it. A resource process that
+// checks with [token.SequencerCheck] still has the old, high answer cached:
+// call its [token.SequencerChecker.Forget] for the lock (or restart it, or
+// wait SequencerOptions.CacheTTL, a minute by default) — until then it
+// admits tokens up to that answer. With the default [token.ClockBound] check at the
 // resources, tokens that high were refused as forged anyway: a counter gets
 // there only by healing to a mark that was itself forged past a
 // [token.NoCheck].
@@ -166,4 +170,26 @@
 // [*ReplicaError]) from a Fence whose replicas did not acknowledge;
 // network and server errors are returned wrapped, and mean the state of the
 // lock (or the mark) is unknown.
+//
+// # Deadlines and the client
+//
+// Acquire, TryAcquire, Renew and Release return by their context's
+// deadline with Redis unreachable. An acquire that fails cleans up after
+// itself (its place in the queue, a grant whose reply was lost) on a
+// context of its own, bounded by a second: it waits for that a moment
+// (50ms) past its deadline, then leaves it to finish in the background;
+// [Locker.Close] waits for such clean-ups. Two go-redis settings decide
+// the rest:
+//
+//   - ContextTimeoutEnabled: without it go-redis bounds reads and writes
+//     by ReadTimeout and WriteTimeout (3s by default), not by the context:
+//     a connection that hangs without failing (a blackholed network, a
+//     frozen server) can hold a call past its deadline. Set it (or short
+//     timeouts) to have the context bound every call.
+//   - MaxRetries and DialerRetries: go-redis retries a refused dial itself,
+//     and when its retries run into the deadline it reports only the
+//     context's error. With MaxRetries: -1 the refusal comes back at once
+//     and package guard, which retries with backoff, keeps it in its final
+//     error ("context deadline exceeded (last attempt: … connection
+//     refused)").
 package redislock

@@ -69,9 +69,19 @@ type Locker struct {
 	client Client
 	o      Options
 	notify *rnotify.Notifier
+
+	mu      sync.Mutex
+	closed  bool           // guarded by mu
+	cleanup sync.WaitGroup // background clean-ups; Add under mu while !closed
 }
 
 var _ locks.Locker = (*Locker)(nil)
+
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL], Redis's millisecond
+// resolution.
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
 
 // New returns a Locker using client. It fails with an error wrapping
 // [locks.ErrInvalid] when the options are inconsistent.
@@ -99,6 +109,10 @@ func New(client Client, o Options) (*Locker, error) {
 // is idempotent.
 func (l *Locker) Close() error {
 	l.notify.Close()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cleanup.Wait() // each is bounded by cleanupTimeout
 	return nil
 }
 
@@ -187,14 +201,60 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 	return &Lease{l: l, k: k, key: key, val: id + "|" + tok.String(), tok: tok, ttl: ttl, deadline: deadline}
 }
 
+// Bounds of the clean-up after a failed acquire (see abandon).
+const (
+	// cleanupTimeout bounds the clean-up itself, in the background.
+	cleanupTimeout = time.Second
+	// cleanupWait is how long the acquire waits for it once its context
+	// has ended, before returning.
+	cleanupWait = 50 * time.Millisecond
+)
+
 // abandon removes what a failed acquire may have left behind — its place
-// in the queue, or a grant it never learned of — with a fresh context: the
-// caller's may be done.
-func (l *Locker) abandon(k lockKeys, id string, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
+// in the queue, or a grant it never learned of — on a context of its own
+// (the caller's may be done), bounded by cleanupTimeout. The acquire waits
+// for it while ctx lives and cleanupWait after; past that it returns, and
+// the clean-up finishes in the background (Close waits for it): a call
+// returns by its context's deadline even when Redis does not answer.
+func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
-	_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
+	run := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = abandonScript.Run(cctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
+	}
+	done := make(chan struct{})
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		run() // nothing waits for a goroutine any more
+		return
+	}
+	l.cleanup.Go(func() {
+		defer close(done)
+		run()
+	})
+	l.mu.Unlock()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// acquireErr is the error of a failed acquire: ctx's when it ended, and
+// the cause besides when that was something else.
+func acquireErr(ctx context.Context, key string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) && !errors.Is(err, ErrClosed) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return fmt.Errorf("redislock: acquire %q: %w", key, err)
 }
 
 // TryAcquire implements [locks.Locker]. It fails with
@@ -211,8 +271,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	sent := time.Now()
 	o, err := l.attempt(ctx, k, id, ttl, false)
 	if err != nil {
-		l.abandon(k, id, ttl) // the grant may have happened and its reply been lost
-		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		l.abandon(ctx, k, id, ttl) // the grant may have happened and its reply been lost
+		return nil, acquireErr(ctx, key, err)
 	}
 	if o.res != granted {
 		return nil, locks.ErrNotObtained
@@ -242,11 +302,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	}
 	k, id := l.keys(key), newID()
 	fail := func(err error) (locks.Lease, error) {
-		l.abandon(k, id, ttl)
-		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
-			err = ctx.Err()
-		}
-		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		l.abandon(ctx, k, id, ttl)
+		return nil, acquireErr(ctx, key, err)
 	}
 	// Listen before queueing, or the hand-over could come first. When other
 	// local waiters already listen on the key (it is contended), that costs

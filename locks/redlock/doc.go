@@ -186,4 +186,14 @@
 //     when it cost the quorum).
 //   - [*token.RangeError] (token.ErrRange): the counter is at the ceiling.
 //   - [ErrClosed]: the Locker was closed while an Acquire waited.
+//
+// # Deadlines
+//
+// Every call returns by its context's deadline with the nodes unreachable;
+// each node's call is bounded by Options.NodeTimeout as well. An attempt
+// that took some nodes but not a quorum gives them back on a context of its
+// own, bounded by a second, waiting for that a moment (50ms) past its
+// deadline and leaving the rest to the background; [Locker.Close] waits for
+// it. As with redislock, go-redis bounds reads by ReadTimeout rather than
+// the context unless the client has ContextTimeoutEnabled.
 package redlock

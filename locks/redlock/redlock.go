@@ -102,9 +102,18 @@ type Locker struct {
 	nodes  []Client
 	notify []*rnotify.Notifier
 	o      Options
+
+	mu      sync.Mutex
+	closed  bool           // guarded by mu
+	cleanup sync.WaitGroup // background give-backs; Add under mu while !closed
 }
 
 var _ locks.Locker = (*Locker)(nil)
+
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL].
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
 
 // New returns a Locker over nodes: independent Redis servers, not replicas
 // of one another. Use an odd number, 3 or 5; a quorum is len/2+1.
@@ -143,7 +152,53 @@ func (l *Locker) Close() error {
 	for _, n := range l.notify {
 		n.Close()
 	}
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cleanup.Wait() // each is bounded by cleanupTimeout
 	return nil
+}
+
+// Bounds of giving back what a failed attempt took (see giveBack).
+const (
+	cleanupTimeout = time.Second
+	cleanupWait    = 50 * time.Millisecond
+)
+
+// giveBack releases the nodes an attempt that did not grant took, on a
+// context of its own (ctx may be done), bounded by cleanupTimeout. The
+// attempt waits for it while ctx lives and cleanupWait after; past that it
+// returns and the give-back finishes in the background (Close waits for
+// it), so that a call returns by its context's deadline.
+func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) {
+	run := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		l.releaseNodes(rctx, timeout, k, id, nodes)
+	}
+	done := make(chan struct{})
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		run()
+		return
+	}
+	l.cleanup.Go(func() {
+		defer close(done)
+		run()
+	})
+	l.mu.Unlock()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 type lockKeys struct {
@@ -258,16 +313,13 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 		}
 	}
 	if a.heldCount() > 0 {
-		// Give back what we took, with a fresh context: ctx may be done.
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		l.releaseNodes(rctx, timeout, k, id, a.held)
-		cancel()
+		l.giveBack(ctx, timeout, k, id, slices.Clone(a.held))
 	}
 	if rangeErr != nil {
 		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, rangeErr)
 	}
 	if err := a.unreachable(); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	if a.taken() {
 		return nil, held, max(a.wait, time.Millisecond), nil

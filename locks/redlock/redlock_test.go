@@ -72,6 +72,24 @@ func TestConformance(t *testing.T) {
 			}
 			return newLocker(t, clients(t, addrs), redlock.Options{Prefix: prefix})
 		},
+		// Clients with go-redis's defaults (retries, timeouts), as a
+		// user's would be, through proxies the test cuts.
+		Unreachable: func(t *testing.T) (locks.Locker, func()) {
+			var cs []redlock.Client
+			var ps []*servers.Proxy
+			var prefix string
+			for _, db := range servers.RedisN(t, 3) {
+				p := servers.NewProxy(t, db.Addr)
+				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+				t.Cleanup(func() { _ = c.Close() })
+				cs, ps, prefix = append(cs, c), append(ps, p), db.Prefix
+			}
+			return newLocker(t, cs, redlock.Options{Prefix: prefix}), func() {
+				for _, p := range ps {
+					_ = p.Cut()
+				}
+			}
+		},
 	})
 }
 

@@ -140,6 +140,16 @@
 // least the TTL, counted from the last packet it received) covers the cases
 // the client cannot act in: a crash, a pause, a partition.
 //
+// # Deadlines
+//
+// go-zookeeper's calls take no context, so each acquire runs in one
+// goroutine of its own and returns when its context ends: Acquire,
+// TryAcquire, Renew and Release return by their deadline with the ensemble
+// unreachable. A znode the gave-up acquire queued is deleted in the
+// background, waited for 50ms; [Locker.Close] waits for it. A lease whose
+// connection broke is lost at once, so its Renew and Release answer
+// [locks.ErrNotHeld] without a round trip.
+//
 // # Losing the session
 //
 // When the connection breaks the client cannot know whether the session

@@ -91,6 +91,15 @@ type Locker struct {
 
 var _ locks.Locker = (*Locker)(nil)
 
+var _ locks.MinTTLer = (*Locker)(nil)
+
+// MinTTL implements [locks.MinTTLer]: [MinTTL]. TTLs between it and the
+// server's minimum session timeout are granted, with a longer session (see
+// "Sessions and TTLs" in the package doc); a TTL above the server's maximum
+// session timeout is refused at the first acquire, once the server said
+// what it grants.
+func (l *Locker) MinTTL() time.Duration { return MinTTL }
+
 // New returns a Locker for the ZooKeeper ensemble at servers (host:port;
 // go-zookeeper takes no chroot suffix: put the chroot in Options.Prefix). It
 // connects lazily, on the first acquire of each TTL. It fails with an error
@@ -389,8 +398,8 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 	}
 	switch {
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
-	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalid), errors.Is(err, ErrClosed), ctx.Err() != nil:
+		return nil, fmt.Errorf("zklock: acquire %q: %w: %w", key, ctx.Err(), err)
+	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalid), errors.Is(err, ErrClosed):
 		return nil, err
 	}
 	return nil, fmt.Errorf("zklock: acquire %q: %w", key, err)

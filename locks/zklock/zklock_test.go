@@ -94,6 +94,11 @@ func TestConformance(t *testing.T) {
 		// leaves room and still expires within a test's patience.
 		ShortTTL: 2 * time.Second,
 		LongTTL:  30 * time.Second,
+		Unreachable: func(t *testing.T) (locks.Locker, func()) {
+			z := servers.ZooKeeper(t)
+			p := servers.NewProxy(t, z.Addrs[0])
+			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Cut() }
+		},
 	})
 }
 

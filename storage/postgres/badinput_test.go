@@ -132,8 +132,8 @@ func TestBadInput(t *testing.T) {
 		{"Update: text token column", func() error { return textfence.Update(ctx, pool, 1, 10, set) }, postgres.ErrSchema},
 		// No table, no such column, no unique key, no high-water table.
 		{"Update: missing table", func() error { return missing.Update(ctx, pool, 1, 7, set) }, postgres.ErrSchema},
-		{"Update: unknown column", func() error { return items.Update(ctx, pool, 1, 7, postgres.Set("nope", 1)) }, postgres.ErrSchema},
-		{"Read: unknown column", func() error { return items.Read(ctx, pool, 1, 7, []string{"nope"}, &stock) }, postgres.ErrSchema},
+		{"Update: unknown column", func() error { return items.Update(ctx, pool, 1, 7, postgres.Set("nope", 1)) }, postgres.ErrNoColumn},
+		{"Read: unknown column", func() error { return items.Read(ctx, pool, 1, 7, []string{"nope"}, &stock) }, postgres.ErrNoColumn},
 		{"Upsert: key not unique", func() error { return nokey.Upsert(ctx, pool, 2, 7, set) }, postgres.ErrSchema},
 		{"Upsert: no high-water table", func() error { return unmarked.Upsert(ctx, pool, 2, 7, set) }, postgres.ErrSchema},
 		{"Delete: no high-water table", func() error { return unmarked.Delete(ctx, pool, 1, 7) }, postgres.ErrSchema},

@@ -241,7 +241,7 @@ func TestCustomCheck(t *testing.T) {
 		{func() error { return items.Read(ctx, pool, 1, 12, []string{"stock"}, &stock) }, "items/1=12"},
 		{func() error { return items.Update(ctx, pool, int64(1), 12, postgres.Set("stock", 3)) }, "items/1=12"},
 		{func() error {
-			return items.Update(token.NewContext(ctx, "sku:1", 12), pool, 1, 0, postgres.Set("stock", 3))
+			return items.Update(token.NewContext(ctx, "items/1", 12), pool, 1, 0, postgres.Set("stock", 3))
 		}, "items/1=12"},
 		{func() error { return items.Upsert(ctx, pool, 7, 12) }, "items/7=12"},
 		{func() error { return items.Delete(ctx, pool, 7, 12) }, "items/7=12"},

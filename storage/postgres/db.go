@@ -85,15 +85,6 @@ func wrapErr(op, object string, err error) error {
 // maxToken is the largest token a bigint column holds.
 const maxToken = token.MaxInt64
 
-// resolveToken returns t, or the context's token when t is 0 (whatever
-// resource the context names: column mode's rows are not lock keys).
-func resolveToken(ctx context.Context, t token.Token) token.Token {
-	if t == 0 {
-		_, t, _ = token.FromContext(ctx)
-	}
-	return t
-}
-
 // admit runs [token.Admit] — the zero token and the empty resource are
 // refused, then check ([token.DefaultCheck] when nil) — and then refuses a
 // token that does not fit a bigint. It runs before any statement, so a
@@ -125,15 +116,16 @@ func bigint(resource string, t token.Token) (int64, error) {
 
 // resourceToken resolves the resource key and token of a table-mode call:
 // an empty resource is the context's; a zero token is the context's only
-// when the context carries it for this very resource, since a token means
-// nothing against another lock's key. It then admits them ([admit]).
+// when the context carries it for this very resource ([token.Resolve]: a
+// token means nothing against another lock's key, and the refusal names
+// both). It then admits them ([admit]).
 func resourceToken(ctx context.Context, check token.Check, resource string, t token.Token) (string, token.Token, int64, error) {
-	ck, ct, ok := token.FromContext(ctx)
-	if resource == "" && ok {
+	if ck, _, ok := token.FromContext(ctx); resource == "" && ok {
 		resource = ck
 	}
-	if t == 0 && ok && ck == resource {
-		t = ct
+	t, err := token.Resolve(ctx, resource, t)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("postgres: %w", err)
 	}
 	v, err := admit(ctx, check, resource, t)
 	if err != nil {

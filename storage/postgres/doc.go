@@ -15,12 +15,38 @@
 // [Table.Read] (claim and read), [Table.Update], [Table.Upsert] and
 // [Table.Delete] each check and advance the row's mark in the same
 // statement as the access: one round trip when it is accepted; a refusal
-// (stale, or no such row) takes a second statement to say which.
+// (stale, no such row, a condition not true) takes one or two more
+// statements to say which.
+//
+// A change that one UPDATE of the row can make is one fenced statement,
+// its token check, expressions over the row and conditions together — the
+// fenced UPDATE items SET stock = stock - 1 WHERE id = $1 AND stock > 0:
 //
 //	items, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
+//	err := items.Update(ctx, pool, 42, tok, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+//
+// It answers in one round trip when it sells; a refusal is exactly one of
+// a [*token.StaleError], [ErrNoRow] or, with the token accepted and the
+// condition not true, a [*ConditionError] (the row is then claimed, as a
+// read claims). [Add] and [Set] with an [Expr] compute from the row;
+// [Where] adds conditions. Their fragments are SQL text — constants of
+// the program, never user input — and their arguments, like every value,
+// are query parameters, renumbered into the statement's own; a fragment
+// that could reach outside its own parentheses (unbalanced, a semicolon,
+// a comment, …) is refused before anything is sent.
+//
+// When the new value is computed in Go from what was read, read and write
+// under the same token: the read claims the row, so an older holder's
+// write is refused from then on.
+//
 //	err := items.Read(ctx, pool, 42, tok, []string{"stock"}, &stock)
 //	...
-//	err = items.Update(ctx, pool, 42, tok, postgres.Set("stock", stock-1))
+//	err = items.Update(ctx, pool, 42, tok, postgres.Set("stock", next(stock)))
+//
+// Which to use for a read-modify-write: the single Update whenever the
+// change is one UPDATE of the row (a decrement, a counter, a set-if); Read
+// then Update when Go computes the value; table mode, [Tx], for several
+// rows, several tables or any other SQL.
 //
 // Table mode, [Tx]: any SQL. Tx claims the resource's row in the
 // high-water table fence_tokens before fn runs, in the same transaction
@@ -147,22 +173,36 @@
 //   - a token the check refused: [*token.ForgedError] (errors.Is
 //     [token.ErrForged]);
 //   - no such row (column mode): [ErrNoRow];
-//   - no token (zero, and none in the context): [token.ErrMissing]; an
+//   - a [Where] condition not true, the token accepted (column mode):
+//     [*ConditionError] (errors.Is [ErrCondition]); the row was claimed;
+//   - a column the table does not have (a typo in [Set], [Add], a
+//     [Table.Read] column or a fragment): [*ColumnError] (errors.Is
+//     [ErrNoColumn]), naming it; the key or token column missing is a
+//     [*SchemaError] around it;
+//   - no token (zero, and none in the context for the call's lock key):
+//     [token.ErrMissing] ([*token.MismatchError] when the context carries
+//     another lock's token); an
 //     empty resource key: [token.ErrNoResource]; a token above the bigint
 //     range: [*token.RangeError] (errors.Is [token.ErrRange] and
 //     [token.ErrInvalid]);
 //   - a table or column that is missing or of the wrong type, no unique
 //     index on the key for Upsert, or a key type tombstones cannot name
 //     ([*KeyTypeError]): [*SchemaError] (errors.Is [ErrSchema]);
-//   - other unusable arguments: [ErrBadInput]; unusable options:
-//     [ErrBadOptions];
-//   - a cancelled context: an error wrapping the context's error.
+//   - other unusable arguments, a fragment refused among them:
+//     [ErrBadInput]; unusable options: [ErrBadOptions];
 //
 // A call that returns any of these wrote nothing (but see [Table.Delete]
-// and [Table.Upsert] for the tombstone a refusal may leave after a race).
-// Other errors come from pgx (connection lost, server errors — a hot
-// standby's read-only error among them); as with any database call, a
-// failure during COMMIT leaves its outcome unknown.
+// and [Table.Upsert] for the tombstone a refusal may leave after a race,
+// and [ConditionError] for the claim).
+//
+// A cancelled context, a lost connection or another error from pgx
+// (server errors — a hot standby's read-only error among them) is
+// different: the context's error (wrapped) when the context ended before
+// anything was sent means nothing was written, but once a statement is on
+// its way its outcome is unknown, as with any database call — the server
+// may have committed it while the reply was lost or the deadline passed.
+// A caller that must know reads the row (its token column says which
+// token wrote it last).
 //
 // # Concurrency
 //

@@ -15,7 +15,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// The examples below need a server; they compile but do not run.
+// The examples of this file need a server of yours; they compile but do
+// not run (those of example_run_test.go run against the tests' own).
 var (
 	ctx  = context.Background()
 	pool *pgxpool.Pool   // pgxpool.New(ctx, "postgres://…")
@@ -50,6 +51,44 @@ func ExampleTable_Read() {
 	case errors.Is(err, postgres.ErrNoRow):
 		fmt.Println("no item 42")
 	case err != nil:
+		log.Fatal(err)
+	}
+}
+
+// The canonical decrement, fenced in one statement: UPDATE items SET
+// stock = stock - 1 WHERE id = $1 AND stock > 0, with the token check.
+// Each refusal is its own error.
+func ExampleTable_Update_decrement() {
+	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = items.Update(ctx, pool, 42, tok, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+	var stale *token.StaleError
+	switch {
+	case err == nil:
+		fmt.Println("sold one")
+	case errors.Is(err, postgres.ErrCondition):
+		fmt.Println("sold out") // the token was accepted: this holder saw the stock at 0
+	case errors.As(err, &stale):
+		fmt.Println("lost the lock; the resource has seen token", stale.Current)
+	case errors.Is(err, postgres.ErrNoRow):
+		fmt.Println("no item 42")
+	default:
+		log.Fatal(err)
+	}
+}
+
+// Expressions and conditions with arguments: the arguments are query
+// parameters; the fragments are the program's own SQL.
+func ExampleExpr() {
+	items, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
+	qty, price := 3, 1250
+	err := items.Update(ctx, pool, 42, tok,
+		postgres.Add("stock", -qty),
+		postgres.Set("revenue", postgres.Expr("revenue + $1 * $2", qty, price)),
+		postgres.Where("stock >= $1", qty))
+	if err != nil {
 		log.Fatal(err)
 	}
 }

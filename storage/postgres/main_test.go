@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(holdChildEnv) != "" { // a frozen holder of TestTxFrozenHolder
 		os.Exit(holdChild())
 	}
+	servers.ExamplesNeed(servers.KindPostgres)
 	servers.Main(m)
 }
 

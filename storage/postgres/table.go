@@ -43,6 +43,16 @@ type TableOptions struct {
 	// bound; [token.NoCheck] turns checking off.
 	Check token.Check
 
+	// LockKey maps a row's key to the key of the lock that guards the row,
+	// e.g. [LockKeyPrefix]("sku:") when rows of items are locked as
+	// "sku:<id>" (httpmw's PathValue("sku") and ChiParam("sku") keys). An operation given the zero token
+	// takes the context's token only when the context carries it for
+	// LockKey(key) — the one rule of every enforcer, [token.Resolve]: a
+	// token of another lock is refused as missing (a
+	// [*token.MismatchError] naming both keys), never used. Nil: the lock
+	// key is the row's resource name "<Name>/<key>".
+	LockKey func(key any) string
+
 	// Logger receives the audit record of every [Table.Reset]. Nil is
 	// slog.Default().
 	Logger *slog.Logger
@@ -58,9 +68,11 @@ type TableOptions struct {
 // with a [*token.StaleError] carrying the row's current mark; or no such
 // row, [ErrNoRow] — a refusal costs a second statement to tell those two
 // apart (Delete tells them apart in its one statement). A zero token is
-// taken from the context ([token.FromContext], whatever resource key the
-// context names: a row is not a lock key). Column names are quoted identifiers and values are
-// query parameters, never SQL text.
+// taken from the context when the context carries it for the row's lock
+// key ([TableOptions.LockKey], [token.Resolve]). Column names are quoted
+// identifiers and values are query parameters, never SQL text; the only
+// SQL text a Table takes is the program's own [Expr] and [Where]
+// fragments, whose arguments are query parameters too.
 //
 // # Resource names
 //
@@ -88,15 +100,16 @@ type TableOptions struct {
 // table and shape (operation and column list), so pgx's statement cache
 // serves every later call.
 type Table struct {
-	name   string // as configured, for messages and tombstone keys
-	tbl    string // sanitized name
-	key    string // quoted key column
-	tok    string // quoted token column
-	rawKey string // as configured, to refuse assignments to it
-	rawTok string
-	tokens *Tokens
-	check  token.Check  // nil: token.DefaultCheck
-	logger *slog.Logger // nil: slog.Default()
+	name    string // as configured, for messages and tombstone keys
+	tbl     string // sanitized name
+	key     string // quoted key column
+	tok     string // quoted token column
+	rawKey  string // as configured, to refuse assignments to it
+	rawTok  string
+	tokens  *Tokens
+	check   token.Check      // nil: token.DefaultCheck
+	lockKey func(any) string // nil: the row's resource name
+	logger  *slog.Logger     // nil: slog.Default()
 
 	currentSQL string // $1 key → the row's token
 	deleteSQL  string
@@ -107,7 +120,8 @@ type Table struct {
 	verified atomic.Bool
 
 	mu     sync.Mutex
-	shapes map[shapeKey]string // guarded by mu: statement texts
+	shapes map[shapeKey]string   // guarded by mu: statement texts
+	exprs  map[string]*exprShape // guarded by mu: Update with Expr, Add, Where
 }
 
 // maxShapes bounds the statement texts a Table remembers; beyond it texts
@@ -138,16 +152,18 @@ func NewTable(o TableOptions) (*Table, error) {
 		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadOptions, o.Key)
 	}
 	tb := &Table{
-		name:   strings.Join(o.Name, "."),
-		tbl:    o.Name.Sanitize(),
-		key:    quote(o.Key),
-		tok:    quote(o.Token),
-		rawKey: o.Key,
-		rawTok: o.Token,
-		tokens: o.Tokens,
-		check:  o.Check,
-		logger: o.Logger,
-		shapes: map[shapeKey]string{},
+		name:    strings.Join(o.Name, "."),
+		tbl:     o.Name.Sanitize(),
+		key:     quote(o.Key),
+		tok:     quote(o.Token),
+		rawKey:  o.Key,
+		rawTok:  o.Token,
+		tokens:  o.Tokens,
+		check:   o.Check,
+		logger:  o.Logger,
+		lockKey: o.LockKey,
+		shapes:  map[shapeKey]string{},
+		exprs:   map[string]*exprShape{},
 	}
 	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
@@ -170,15 +186,25 @@ SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fencegua
 // String returns the table's name as configured, e.g. "public.items".
 func (tb *Table) String() string { return tb.name }
 
-// Assignment is one "column = value" of [Table.Update] or [Table.Upsert];
-// make it with [Set].
+// Assignment is one clause of [Table.Update]: a column's new value —
+// [Set] with a value or an [Expr], [Add] — or a condition on the row,
+// [Where]. [Table.Upsert] takes only Set with values.
 type Assignment struct {
+	kind   int
 	column string
-	value  any
+	value  any // a value, the delta of Add, or the Expression of Expr and Where
 }
 
-// Set assigns value to column. The value is sent as a query parameter.
-func Set(column string, value any) Assignment { return Assignment{column, value} }
+// Set assigns value to column. The value is sent as a query parameter,
+// whatever it contains — unless it is an [Expression] ([Expr]), SQL of the
+// program's own that computes the new value from the row in the same
+// statement.
+func Set(column string, value any) Assignment {
+	if e, ok := value.(Expression); ok {
+		return Assignment{kind: clauseExpr, column: column, value: e}
+	}
+	return Assignment{column: column, value: value}
+}
 
 // Read claims the row with key for t and reads columns into dest, in one
 // statement: the row's mark is advanced to t (a token equal to the mark is
@@ -202,12 +228,12 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 			return err
 		}
 	}
-	t, v, err := tb.admit(ctx, "read", resource, t)
+	t, v, err := tb.admit(ctx, "read", resource, key, t)
 	if err != nil {
 		return err
 	}
 	sql := tb.shape('r', columns, func() string { return tb.updateSQL(nil, columns) })
-	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, resource, t, dest)
+	found, err := tb.claim(ctx, db, "read", sql, []any{v, key}, resource, t, dest, nil)
 	if err == nil && !found {
 		err = tb.noRow("read", key)
 	}
@@ -217,6 +243,25 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 // Update assigns set to the row with key if t is not lower than the row's
 // mark, and advances the mark to t, in one statement. A refused Update
 // changes nothing.
+//
+// Assignments may compute from the row, and conditions may guard them, in
+// the same statement as the token check — the fenced form of
+// UPDATE items SET stock = stock - 1 WHERE id = $1 AND stock > 0:
+//
+//	err := items.Update(ctx, pool, 42, t, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+//
+// [Add] and [Set] with an [Expr] compute the new value from the row as it
+// was; [Where] adds conditions. Accepted, that is one statement, one round
+// trip. Refused, it is exactly one of: a [*token.StaleError] (the token is
+// below the mark, whatever the conditions), [ErrNoRow], or a
+// [*ConditionError] (errors.Is [ErrCondition]) when the token was accepted
+// and the conditions were not true — then nothing is assigned, but the
+// row is claimed for t, as a [Table.Read] claims: a condition is a read of
+// the row, and the holder acts on what it saw. Telling them apart takes
+// one or two more statements, only on refusal.
+//
+// A column that does not exist — a typo in a Set or an Add, or in a
+// fragment — is a [*ColumnError] naming it.
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
 	resource, err := tb.args(db, "update", key)
 	if err != nil {
@@ -225,16 +270,25 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	if len(set) == 0 {
 		return fmt.Errorf("%w: Update with nothing to set (use Read to only claim)", ErrBadInput)
 	}
-	cols, vals, err := tb.assignments(set)
+	cols, vals, plain, err := tb.assignments(set)
 	if err != nil {
 		return err
 	}
-	t, v, err := tb.admit(ctx, "update", resource, t)
+	var x *exprShape
+	if !plain {
+		if x, err = tb.exprShape(set); err != nil {
+			return err
+		}
+	}
+	t, v, err := tb.admit(ctx, "update", resource, key, t)
 	if err != nil {
 		return err
+	}
+	if x != nil {
+		return tb.updateExpr(ctx, db, x, set, key, resource, t, v)
 	}
 	sql := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
-	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil)
+	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil, nil)
 	if err == nil && !found {
 		err = tb.noRow("update", key)
 	}
@@ -262,11 +316,14 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
-	cols, vals, err := tb.assignments(set)
+	cols, vals, plain, err := tb.assignments(set)
 	if err != nil {
 		return err
 	}
-	t, v, err := tb.admit(ctx, "upsert", resource, t)
+	if !plain {
+		return fmt.Errorf("%w: Upsert takes values only (no Expr, Add or Where: the row may not exist)", ErrBadInput)
+	}
+	t, v, err := tb.admit(ctx, "upsert", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -276,7 +333,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	insArgs := append([]any{v, key, tb.name + "/"}, vals...)
 	for attempts, retries := 0, 0; ; {
 		// The common case, an existing row, needs no tombstone.
-		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, resource, t, nil)
+		found, err := tb.claim(ctx, db, "upsert", upd, updArgs, resource, t, nil, nil)
 		if found || err != nil {
 			return err
 		}
@@ -290,7 +347,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 			continue
 		}
 		if err != nil {
-			return wrapErr("upsert into", tb.name, err)
+			return tb.wrap("upsert into", ins, nil, err)
 		}
 		if done {
 			return nil
@@ -337,7 +394,7 @@ func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) erro
 	if err != nil {
 		return err
 	}
-	t, v, err := tb.admit(ctx, "delete", resource, t)
+	t, v, err := tb.admit(ctx, "delete", resource, key, t)
 	if err != nil {
 		return err
 	}
@@ -364,11 +421,18 @@ func (tb *Table) args(db DB, op string, key any) (string, error) {
 	return tb.name + "/" + k, nil
 }
 
-// admit resolves the token (the context's when t is 0) and admits it for
-// resource: the check, the bigint range, the context. Nothing has been
-// sent yet.
-func (tb *Table) admit(ctx context.Context, op, resource string, t token.Token) (token.Token, int64, error) {
-	t = resolveToken(ctx, t)
+// admit resolves the token (the context's when t is 0 and the context
+// carries it for the row's lock key) and admits it for resource: the
+// check, the bigint range, the context. Nothing has been sent yet.
+func (tb *Table) admit(ctx context.Context, op, resource string, key any, t token.Token) (token.Token, int64, error) {
+	lk := resource
+	if tb.lockKey != nil && t == 0 {
+		lk = tb.lockKey(key)
+	}
+	t, err := token.Resolve(ctx, lk, t)
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: %s: %w", op, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, 0, fmt.Errorf("postgres: %s %s: %w", op, tb.name, err)
 	}
@@ -377,6 +441,21 @@ func (tb *Table) admit(ctx context.Context, op, resource string, t token.Token) 
 		return 0, 0, err
 	}
 	return t, v, nil
+}
+
+// LockKeyPrefix returns a [TableOptions.LockKey] for rows whose lock key
+// is prefix followed by the row's key as it appears in the row's resource
+// name (Go's formatting of strings and integers, a UUID's canonical form:
+// see "Resource names" at [Table]): LockKeyPrefix("sku:") maps key 42 to
+// "sku:42".
+func LockKeyPrefix(prefix string) func(key any) string {
+	return func(key any) string {
+		k, err := keyText(key)
+		if err != nil {
+			return "" // matches no context: the token must be explicit
+		}
+		return prefix + k
+	}
 }
 
 // keyText is the key as it appears in a row's resource name.
@@ -423,28 +502,40 @@ func checkColumn(c string) error {
 	return nil
 }
 
-// assignments validates set and splits it into columns and values.
-func (tb *Table) assignments(set []Assignment) ([]string, []any, error) {
-	cols := make([]string, len(set))
-	vals := make([]any, len(set))
-	for i, a := range set {
+// assignments validates set and splits it into columns and values; plain
+// is false when set has more than values (Expr, Add, Where), and then
+// cols and vals are of no use.
+func (tb *Table) assignments(set []Assignment) (cols []string, vals []any, plain bool, err error) {
+	cols = make([]string, 0, len(set))
+	vals = make([]any, 0, len(set))
+	plain = true
+	for _, a := range set {
+		if a.kind != clauseValue {
+			plain = false
+		}
+		if a.kind == clauseWhere {
+			continue
+		}
 		if err := checkColumn(a.column); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		switch a.column {
 		case tb.rawKey:
-			return nil, nil, fmt.Errorf("%w: assignment to the key column %q", ErrBadInput, a.column)
+			return nil, nil, false, fmt.Errorf("%w: assignment to the key column %q", ErrBadInput, a.column)
 		case tb.rawTok:
-			return nil, nil, fmt.Errorf("%w: assignment to the token column %q (the token is the fencing token)", ErrBadInput, a.column)
+			return nil, nil, false, fmt.Errorf("%w: assignment to the token column %q (the token is the fencing token)", ErrBadInput, a.column)
 		}
-		for _, c := range cols[:i] {
+		for _, c := range cols {
 			if c == a.column {
-				return nil, nil, fmt.Errorf("%w: column %q assigned twice", ErrBadInput, c)
+				return nil, nil, false, fmt.Errorf("%w: column %q assigned twice", ErrBadInput, c)
 			}
 		}
-		cols[i], vals[i] = a.column, a.value
+		cols, vals = append(cols, a.column), append(vals, a.value)
 	}
-	return cols, vals, nil
+	if !plain && len(cols) == 0 {
+		return nil, nil, false, fmt.Errorf("%w: Update with conditions but nothing to set (use Read to only claim)", ErrBadInput)
+	}
+	return cols, vals, plain, nil
 }
 
 // shapeKey identifies a statement text: the operation and its columns,
@@ -504,7 +595,7 @@ func (tb *Table) updateSQL(set, returning []string) string {
 // refused with a serialization failure (REPEATABLE READ or SERIALIZABLE
 // by default on the session) when db is not a transaction: it was a
 // transaction of its own.
-func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token, dest []any) (found bool, err error) {
+func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, resource string, t token.Token, dest []any, x *exprShape) (found bool, err error) {
 	scan := append([]any{new(bool)}, dest...)
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
 		err := db.QueryRow(ctx, sql, args...).Scan(scan...)
@@ -516,7 +607,7 @@ func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, r
 			continue
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, sql, x, err)
 		}
 		var cur int64
 		err = db.QueryRow(ctx, tb.currentSQL, args[1]).Scan(&cur)
@@ -524,7 +615,7 @@ func (tb *Table) claim(ctx context.Context, db DB, op, sql string, args []any, r
 			return false, nil
 		}
 		if err != nil {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, tb.currentSQL, nil, err)
 		}
 		if token.Token(cur) > t {
 			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
@@ -583,7 +674,7 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 			continue
 		}
 		if err != nil {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrap(op, sql, nil, err)
 		}
 		switch {
 		case claimed != nil && *claimed:

@@ -624,18 +624,49 @@ func TestTableOnConnAndTx(t *testing.T) {
 	}
 }
 
-// The token comes from the context when none is passed.
+// The token comes from the context when none is passed, and the context
+// carries it for the row's lock key (token.Resolve's rule): the row's
+// resource name by default, TableOptions.LockKey's mapping when set. A
+// token of another lock is refused as missing, naming both keys, and
+// moves nothing.
 func TestTableTokenFromContext(t *testing.T) {
 	pool, items := setup(t)
-	ctx := token.NewContext(ctxFor(t, time.Minute), "sku:1", 6)
-	if err := items.Update(ctx, pool, 1, 0, postgres.Set("stock", 5)); err != nil {
+	ctx := ctxFor(t, time.Minute)
+	if err := items.Update(token.NewContext(ctx, "items/1", 6), pool, 1, 0, postgres.Set("stock", 5)); err != nil {
 		t.Fatal(err)
 	}
 	if _, mark := row(t, pool, 1); mark != 6 {
 		t.Fatalf("mark %d, want the context's 6", mark)
 	}
+	// Another lock's token: refused, the row untouched.
+	err := items.Update(token.NewContext(ctx, "sku:1", 7), pool, 1, 0, postgres.Set("stock", 4))
+	var me *token.MismatchError
+	if !errors.Is(err, token.ErrMissing) || !errors.As(err, &me) || me.Key != "items/1" || me.ContextKey != "sku:1" {
+		t.Fatalf("Update with sku:1's token in the context = %v, want a MismatchError{items/1, sku:1}", err)
+	}
+	if stock, mark := row(t, pool, 1); stock != 5 || mark != 6 {
+		t.Fatalf("after the refusal: stock %d mark %d, want 5 and 6", stock, mark)
+	}
+	// With LockKey, rows map to their locks' keys.
+	skus, err := postgres.NewTable(postgres.TableOptions{
+		Name: pgx.Identifier{"items"}, Key: "id", Check: token.NoCheck(),
+		LockKey: postgres.LockKeyPrefix("sku:"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sku1 := token.NewContext(ctx, "sku:1", 7)
+	if err := skus.Update(sku1, pool, 1, 0, postgres.Set("stock", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, mark := row(t, pool, 1); mark != 7 {
+		t.Fatalf("mark %d, want the context's 7", mark)
+	}
+	if err := skus.Update(sku1, pool, 2, 0, postgres.Set("stock", 4)); !errors.As(err, &me) || me.Key != "sku:2" {
+		t.Fatalf("row 2 under sku:1's token = %v, want a MismatchError for sku:2", err)
+	}
 	// An explicit token wins over the context's.
-	stale(t, items.Update(ctx, pool, 1, 5, postgres.Set("stock", 4)), 5, 6)
+	stale(t, skus.Update(sku1, pool, 1, 5, postgres.Set("stock", 4)), 5, 7)
 }
 
 // A backend killed in the middle of Delete — tombstone written, row lock

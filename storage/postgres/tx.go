@@ -80,7 +80,10 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 // claim goes through, and the frozen holder's next statement or COMMIT
 // fails when it wakes (nothing it wrote is kept). The bound counts idle
 // time, from the end of the last statement: a holder that keeps sending
-// statements keeps the resource, as it should while it is alive. A tighter
+// statements keeps the resource, as it should while it is alive — and so
+// does one frozen while a large result is still streaming to it (the
+// server is blocked sending, not idle): fetch large results in small
+// cursor steps inside Tx, or outside it. A tighter
 // setting of the session's own is kept. A [*pgx.Conn] you pass is closed
 // by the server when that happens; a pool replaces its connection. Set
 // HoldTimeout to the lease's TTL; a negative one leaves the session's

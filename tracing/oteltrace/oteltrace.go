@@ -64,6 +64,10 @@ type locker struct {
 	t trace.Tracer
 }
 
+// MinTTL implements [locks.MinTTLer]: the wrapped locker's minimum (0 when
+// it states none).
+func (w *locker) MinTTL() time.Duration { return locks.MinTTL(w.l) }
+
 func (w *locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	return w.acquire(ctx, "fenceguard.acquire", key, ttl, w.l.Acquire)
 }

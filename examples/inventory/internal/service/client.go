@@ -59,6 +59,13 @@ func (c *Client) SetStock(ctx context.Context, sku string, stock int) (Item, err
 	return it, c.do(ctx, http.MethodPut, "/items/"+url.PathEscape(sku)+"/stock", map[string]int{"stock": stock}, &it)
 }
 
+// Sell sells one unit of an item (POST /items/{sku}/sell) under the
+// context's token: one fenced statement in the PostgreSQL store. Sold out,
+// it returns a *ProblemError of type [TypeSoldOut].
+func (c *Client) Sell(ctx context.Context, sku string) error {
+	return c.do(ctx, http.MethodPost, "/items/"+url.PathEscape(sku)+"/sell", nil, nil)
+}
+
 // AdminPut creates an item or overwrites its stock (PUT /admin/items/{sku}).
 func (c *Client) AdminPut(ctx context.Context, sku string, stock int) (Item, error) {
 	var it Item
@@ -74,13 +81,13 @@ func (c *Client) AdminGet(ctx context.Context, sku string) (AdminItem, error) {
 var defaultHTTP = &http.Client{Transport: &httpmw.Transport{Key: ItemKey}}
 
 // ItemKey is the httpmw.Transport.Key for this service: it maps the
-// fenced routes, /items/{sku} and /items/{sku}/stock, to the lock key
+// fenced routes, /items/{sku}, /items/{sku}/stock and /items/{sku}/sell, to the lock key
 // "sku:<sku>" the workers hold, so a lease's token goes only to its own
 // item; every other request (the admin routes) goes without a token.
 func ItemKey(r *http.Request) (string, bool) { return itemKey(r) }
 
 var itemKey = func() func(*http.Request) (string, bool) {
-	k, err := httpmw.RouteKey("sku", "/items/{sku}", "/items/{sku}/stock")
+	k, err := httpmw.RouteKey("sku", "/items/{sku}", "/items/{sku}/stock", "/items/{sku}/sell")
 	if err != nil {
 		panic(err) // the patterns are constants
 	}
@@ -125,6 +132,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 			}
 		}
 		return p
+	}
+	if into == nil {
+		return nil
 	}
 	return json.Unmarshal(b, into)
 }

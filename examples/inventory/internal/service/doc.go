@@ -7,6 +7,7 @@
 //
 //	GET  /items/{sku}         read an item; with X-Fencing-Token it claims the item first
 //	PUT  /items/{sku}/stock   {"stock": n}; fenced: needs X-Fencing-Token
+//	POST /items/{sku}/sell    sell one unit (204; 409 sold-out at 0); fenced: needs X-Fencing-Token
 //	GET  /admin/items/{sku}   read an item and its high-water mark, claiming nothing
 //	PUT  /admin/items/{sku}   {"stock": n}; create or overwrite, unfenced
 //	GET  /healthz             200 when the store answers

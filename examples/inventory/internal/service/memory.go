@@ -49,6 +49,21 @@ func (s *MemoryStore) SetStock(_ context.Context, sku string, stock int, _ token
 	return Item{SKU: sku, Stock: stock}, nil
 }
 
+// Sell implements [Store].
+func (s *MemoryStore) Sell(_ context.Context, sku string, _ token.Token) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.stock[sku]
+	switch {
+	case !ok:
+		return ErrNotFound
+	case n == 0:
+		return ErrSoldOut
+	}
+	s.stock[sku] = n - 1
+	return nil
+}
+
 // Put implements [Store].
 func (s *MemoryStore) Put(_ context.Context, sku string, stock int) (Item, error) {
 	s.mu.Lock()

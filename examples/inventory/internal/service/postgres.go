@@ -81,6 +81,30 @@ func (s *PostgresStore) SetStock(ctx context.Context, sku string, stock int, t t
 	return Item{SKU: sku, Stock: stock}, storeErr(err)
 }
 
+// Sell implements [Store]. Fenced, it is one statement on the row —
+// UPDATE items SET stock = stock - 1 WHERE sku = $1 AND stock > 0, with
+// the token check and the claim in it (storage/postgres's Add and Where) —
+// so a sale needs no read first, and a stale holder, a missing item and a
+// sold-out one are three different answers. Sold out, the row is claimed
+// all the same: the holder saw the stock.
+func (s *PostgresStore) Sell(ctx context.Context, sku string, t token.Token) error {
+	if t.IsZero() {
+		tag, err := s.db.Exec(ctx, `UPDATE items SET stock = stock - 1 WHERE sku = $1 AND stock > 0`, sku)
+		if err == nil && tag.RowsAffected() == 0 { // sold out, or no such item
+			err = s.db.QueryRow(ctx, `SELECT stock FROM items WHERE sku = $1`, sku).Scan(new(int))
+			if err == nil {
+				err = ErrSoldOut
+			}
+		}
+		return storeErr(err)
+	}
+	err := s.items.Update(ctx, s.db, sku, t, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+	if errors.Is(err, postgres.ErrCondition) {
+		return fmt.Errorf("%w (%w)", ErrSoldOut, err)
+	}
+	return storeErr(err)
+}
+
 // Put implements [Store]. It leaves the item's mark alone: a mark never goes
 // down, or a stale holder could use the reset.
 func (s *PostgresStore) Put(ctx context.Context, sku string, stock int) (Item, error) {

@@ -29,6 +29,7 @@ const (
 	TypeBadBody     = typeBase + "bad-body"     // 400: the JSON body is not {"stock": 0..MaxStock}
 	TypeStoreFailed = typeBase + "store-failed" // 500: the store failed; 503 from /healthz
 	TypeNotAllowed  = typeBase + "not-allowed"  // 405
+	TypeSoldOut     = typeBase + "sold-out"     // 409: POST /items/{sku}/sell with the stock at 0
 	typeBase        = "https://github.com/fenceguard/fenceguard/tree/main/examples/inventory#"
 	maxSKULen       = 200
 	maxBodyBytes    = 1 << 10
@@ -114,6 +115,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	items.Get("/items/{sku}", s.getItem)
 	items.Put("/items/{sku}/stock", s.putStock)
+	items.Post("/items/{sku}/sell", s.sell)
 
 	r.Route("/admin", func(r chi.Router) { // unfenced: operators, not lock holders
 		r.Get("/items/{sku}", s.adminGet)
@@ -178,6 +180,29 @@ func (s *server) putStock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, it)
+}
+
+func (s *server) sell(w http.ResponseWriter, r *http.Request) {
+	sku, ok := skuParam(w, r)
+	if !ok {
+		return
+	}
+	t, err := s.token(r, sku)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err = s.store.Sell(r.Context(), sku, t)
+	claimErr := err
+	if errors.Is(err, ErrSoldOut) {
+		claimErr = nil // the store accepted the token: sold out is an answer
+	}
+	s.recordClaim(sku, t, claimErr)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *server) adminGet(w http.ResponseWriter, r *http.Request) {
@@ -327,6 +352,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
+	case errors.Is(err, ErrSoldOut):
+		writeProblem(w, http.StatusConflict, TypeSoldOut, "sold out", "")
 	case errors.As(err, &stale):
 		s.log.Info("store refused a stale token", "method", r.Method, "resource", stale.Resource,
 			"presented", stale.Presented, "current", stale.Current)

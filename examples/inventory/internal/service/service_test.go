@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,3 +309,85 @@ func TestClient(t *testing.T) {
 }
 
 func errorsAs[T error](err error, target *T) bool { return errors.As(err, target) }
+
+// POST /items/{sku}/sell, one unit per call, on both stores: sold out is
+// its own answer (409 sold-out), a stale holder is refused, a missing item
+// is 404, and holders selling at once never oversell.
+func TestSell(t *testing.T) {
+	stores(t, func(t *testing.T, newStore func(*testing.T) service.Store) {
+		store := newStore(t)
+		srv := newServer(t, store, false)
+		call(t, srv, "PUT", "/admin/items/lamp", "", `{"stock": 2}`)
+		for _, c := range []struct {
+			name, tok string
+			status    int
+			typ       string
+		}{
+			{"without token", "", 428, httpmw.TypeMissing},
+			{"sale 1", "10", 204, ""},
+			{"sale 2, same holder", "10", 204, ""},
+			{"sold out", "10", 409, service.TypeSoldOut},
+			{"sold out, newer holder", "11", 409, service.TypeSoldOut},
+			{"stale after the newer holder saw it sold out", "10", 409, httpmw.TypeStale},
+		} {
+			r := call(t, srv, "POST", "/items/lamp/sell", c.tok, "")
+			if r.status != c.status || r.problem.Type != c.typ {
+				t.Errorf("%s: %d %q, want %d %q (%s)", c.name, r.status, r.problem.Type, c.status, c.typ, r.body)
+			}
+		}
+		if r := call(t, srv, "POST", "/items/nope/sell", "12", ""); r.status != 404 {
+			t.Errorf("missing item: %d %s", r.status, r.body)
+		}
+		if r := call(t, srv, "GET", "/admin/items/lamp", "", ""); !strings.Contains(r.body, `"stock":0`) {
+			t.Fatalf("after two sales of two: %s", r.body)
+		}
+
+		// 8 holders, one after another in token order but overlapping,
+		// through the Client and its Transport: every sale is one unit,
+		// and they stop at 0.
+		const stock = 30
+		call(t, srv, "PUT", "/admin/items/desk", "", `{"stock": 30}`)
+		client := &service.Client{Base: srv.URL}
+		var clock atomic.Int64
+		clock.Store(100)
+		var sold atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					ctx := token.NewContext(context.Background(), "sku:desk", token.Token(clock.Add(1)))
+					err := client.Sell(ctx, "desk")
+					var p *service.ProblemError
+					switch {
+					case err == nil:
+						sold.Add(1)
+					case errors.As(err, &p) && p.Type == service.TypeSoldOut:
+						return
+					case errors.Is(err, token.ErrStale):
+						// overtaken by a newer holder: take a new token
+					default:
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if r := call(t, srv, "GET", "/admin/items/desk", "", ""); sold.Load() != stock || !strings.Contains(r.body, `"stock":0`) {
+			t.Fatalf("sold %d of %d, item now %s", sold.Load(), stock, r.body)
+		}
+
+		// Unfenced: the plain statement, no token.
+		plain := newServer(t, store, true)
+		call(t, plain, "PUT", "/admin/items/chair", "", `{"stock": 1}`)
+		for i, want := range []int{204, 409, 404} {
+			path := "/items/chair/sell"
+			if i == 2 {
+				path = "/items/nope/sell"
+			}
+			if r := call(t, plain, "POST", path, "", ""); r.status != want {
+				t.Errorf("unfenced sale %d: %d, want %d (%s)", i+1, r.status, want, r.body)
+			}
+		}
+	})
+}

@@ -10,6 +10,9 @@ import (
 // ErrNotFound: the item does not exist. Nothing was written.
 var ErrNotFound = errors.New("inventory: no such item")
 
+// ErrSoldOut: the item's stock is 0, so [Store.Sell] sold nothing.
+var ErrSoldOut = errors.New("inventory: sold out")
+
 // MaxStock is the largest stock an item can hold (a PostgreSQL integer).
 const MaxStock = 1<<31 - 1
 
@@ -29,6 +32,10 @@ type Item struct {
 type Store interface {
 	Get(ctx context.Context, sku string, t token.Token) (Item, error)
 	SetStock(ctx context.Context, sku string, stock int, t token.Token) (Item, error)
+	// Sell sells one unit, fenced like SetStock: the stock goes down by
+	// one, or, at 0, nothing changes and Sell returns [ErrSoldOut]. The
+	// decrement is the store's own, so a holder need not read first.
+	Sell(ctx context.Context, sku string, t token.Token) error
 
 	// Put creates the item or overwrites its stock, unfenced: for
 	// operators, not for lock holders.

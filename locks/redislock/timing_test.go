@@ -1,0 +1,74 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/lockstest"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+)
+
+// The case: Redis down, guard.Acquire with a 1s deadline returns by
+// it, with an error wrapping context.DeadlineExceeded and — when the client
+// lets errors out rather than retrying them itself until the deadline —
+// the root cause: the last attempt's connection refused.
+func TestGuardAcquireWithRedisDown(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		o         redis.Options
+		rootCause bool
+	}{
+		// go-redis's own retries and dial retries run into the deadline,
+		// and then it reports only the context's error.
+		{"client defaults", redis.Options{}, false},
+		{"no client retries", redis.Options{MaxRetries: -1, DialerRetries: 1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := servers.Redis(t)
+			p := servers.NewProxy(t, db.Addr)
+			o := tc.o
+			o.Addr = p.Addr()
+			c := redis.NewClient(&o)
+			t.Cleanup(func() { _ = c.Close() })
+			l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
+			g, err := guard.New(l, guard.Options{TTL: 5 * time.Second, Logger: discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = p.Cut()
+			ctx, cancel := context.WithTimeout(context.Background(), lockstest.DeadlineCall)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			_, err = g.Acquire(ctx, "k")
+			late := time.Since(deadline)
+			t.Logf("guard.Acquire with Redis down returned %v past its deadline: %v", late.Round(time.Millisecond), err)
+			if late > lockstest.DeadlineSlack {
+				t.Errorf("returned %v after the deadline, want under %v", late, lockstest.DeadlineSlack)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error %v: want context.DeadlineExceeded", err)
+			}
+			if tc.rootCause && (!errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "(last attempt: ")) {
+				t.Errorf("error %v: want the last attempt's ECONNREFUSED", err)
+			}
+		})
+	}
+}
+
+func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
+	db := servers.Redis(t)
+	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
+	_, err := guard.New(l, guard.Options{TTL: redislock.MinTTL / 2})
+	var te *guard.TTLError
+	if !errors.As(err, &te) || te.Min != redislock.MinTTL {
+		t.Fatalf("guard.New with TTL %v = %v, want a *guard.TTLError with Min %v", redislock.MinTTL/2, err, redislock.MinTTL)
+	}
+}

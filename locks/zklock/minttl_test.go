@@ -1,0 +1,19 @@
+package zklock_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/locks/zklock"
+)
+
+// zklock's minimum needs no server: guard.New checks it before any session.
+func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
+	l := newLocker(t, []string{"127.0.0.1:1"}, "/fenceguard/lock")
+	_, err := guard.New(l, guard.Options{TTL: zklock.MinTTL / 2})
+	var te *guard.TTLError
+	if !errors.As(err, &te) || te.Min != zklock.MinTTL {
+		t.Fatalf("guard.New with TTL %v = %v, want a *guard.TTLError with Min %v", zklock.MinTTL/2, err, zklock.MinTTL)
+	}
+}

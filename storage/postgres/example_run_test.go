@@ -1,0 +1,141 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/memlock"
+	"github.com/fenceguard/fenceguard/storage/postgres"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// exampleDB connects to a fresh database of the tests' own PostgreSQL
+// (yours is your DSN) with an items table of one row, sku 42, stock 1.
+func exampleDB(ctx context.Context) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, servers.ExamplePostgres().DSN)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE items (sku bigint PRIMARY KEY, stock int NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO items VALUES (42, 1)`); err != nil {
+		log.Fatal(err)
+	}
+	return pool
+}
+
+// The everyday path: a holder takes the item's lock with guard.Do and
+// sells one unit in one fenced statement; the next finds it sold out (the
+// condition false, a typed error), and a holder that kept its token past
+// its lease is refused.
+func Example() {
+	ctx := context.Background()
+	pool := exampleDB(ctx)
+	defer pool.Close()
+
+	items, err := postgres.NewTable(postgres.TableOptions{
+		Name: pgx.Identifier{"items"}, Key: "sku",
+		LockKey: postgres.LockKeyPrefix("sku:"), // rows are locked as "sku:<sku>"
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := items.AddTokenColumn(ctx, pool); err != nil { // once, at deployment
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool); err != nil { // the marks of deleted rows
+		log.Fatal(err)
+	}
+	g, err := guard.New(memlock.New(), guard.Options{TTL: 10 * time.Second}) // any locker
+	if err != nil {
+		log.Fatal(err)
+	}
+	sell := func(ctx context.Context) error {
+		// UPDATE items SET stock = stock - 1 WHERE sku = 42 AND stock > 0,
+		// with the token check, in one statement; the token is the
+		// context's, granted for "sku:42".
+		return items.Update(ctx, pool, 42, 0, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+	}
+
+	var paused context.Context // what a holder frozen inside Do still has
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error {
+		paused = context.WithoutCancel(ctx)
+		return nil // frozen before it could sell
+	})
+	fmt.Println("first holder:", err)
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error { return sell(ctx) })
+	fmt.Println("second holder sells:", err)
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error { return sell(ctx) })
+	fmt.Println("third holder, sold out:", errors.Is(err, postgres.ErrCondition))
+
+	err = sell(paused) // the first holder wakes up
+	fmt.Println("first holder, late, refused:", errors.Is(err, token.ErrStale))
+	var stock int
+	if err := pool.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stock:", stock)
+	// Output:
+	// first holder: <nil>
+	// second holder sells: <nil>
+	// third holder, sold out: true
+	// first holder, late, refused: true
+	// stock: 0
+}
+
+// Table mode: any SQL in one transaction, under a claim of the lock's key
+// held until commit. The empty resource and the zero token are the
+// context's: the key guard.Do locked and its token.
+func ExampleTx_guarded() {
+	ctx := context.Background()
+	pool := exampleDB(ctx)
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	g, err := guard.New(memlock.New(), guard.Options{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	restock := func(ctx context.Context) error {
+		return postgres.Tx(ctx, pool, "", 0, func(tx pgx.Tx) error {
+			var stock int
+			if err := tx.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE items SET stock = $1 WHERE sku = 42`, stock+10)
+			return err
+		})
+	}
+
+	var paused context.Context
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error {
+		paused = context.WithoutCancel(ctx)
+		return restock(ctx)
+	})
+	fmt.Println("first holder restocks:", err)
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error { return restock(ctx) })
+	fmt.Println("second holder restocks:", err)
+	err = restock(paused) // the first holder, resumed after its lease
+	var stale *token.StaleError
+	fmt.Println("first holder again, refused:", errors.As(err, &stale), stale.Resource)
+	var stock int
+	if err := pool.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stock:", stock)
+	// Output:
+	// first holder restocks: <nil>
+	// second holder restocks: <nil>
+	// first holder again, refused: true sku:42
+	// stock: 21
+}
