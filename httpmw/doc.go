@@ -78,9 +78,25 @@
 // Bodies carry the presented, current and bound tokens where known, as
 // JSON strings. They never echo the header or the path: the detail names
 // the reason (e.g. "leading zero"), and the cause, for logs, is in
-// [Problem.Err] for a custom [Options.ErrorWriter]. No input makes the
-// middleware panic or answer 5xx; 503 comes only from a Check, a Fence or
-// a request context that failed.
+// [Problem.Err] for a custom [Options.ErrorWriter]. The one thing derived
+// from the request is a 409's "resource", the resource key the route
+// gave, and only when it is safe to render as is: at most [MaxEchoKey]
+// bytes of visible ASCII; any other key (long, with spaces, controls,
+// non-ASCII or bidirectional characters such as U+202E) is left out of
+// the body. No input makes the middleware panic or answer 5xx; 503 comes
+// only from a Check, a Fence or a request context that failed.
+//
+// # Counting and logging refusals
+//
+// Refusals are expected traffic: stale holders, clients' bugs, scans. The
+// middleware logs nothing by itself. [Options.Observe] sees every
+// decision, refusals made before the Check and the Fence run (428, 400,
+// 404) included, as an [Outcome] with a fixed [Result] — count them there
+// (metrics/prom's Metrics.HTTP). [Options.Log] logs refusals through a
+// [RefusalLog], which keeps the first of each result visible and then
+// writes at most a burst per interval, with the count of those it left
+// out: a flood of bad requests costs a few records a minute, not a record
+// each.
 //
 // # Forged tokens
 //

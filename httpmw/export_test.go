@@ -1,5 +1,7 @@
 package httpmw
 
+import "time"
+
 // LockedKeys returns how many keys m's per-key serialization holds entries
 // for: those held or waited for.
 func LockedKeys(m *Middleware) int {
@@ -8,3 +10,6 @@ func LockedKeys(m *Middleware) int {
 	}
 	return m.locks.len()
 }
+
+// SetLogClock makes l read the time from now.
+func SetLogClock(l *RefusalLog, now func() time.Time) { l.now = now }

@@ -77,6 +77,20 @@ type Options struct {
 	// the [Problem] the middleware would write, with its cause in Err, and
 	// must write a response: the request does not reach the handler.
 	ErrorWriter func(w http.ResponseWriter, r *http.Request, p *Problem)
+
+	// Observe, if not nil, is called once for every request the
+	// middleware handles, with its [Outcome] — every refusal, those made
+	// before the Check and the Fence ever see the request included (a
+	// missing, malformed, too long or doubled header; a request naming no
+	// resource) — before the refusal is written or the handler runs. It
+	// runs on the request's goroutine and must be quick; metrics/prom's
+	// Metrics.HTTP is one.
+	Observe func(r *http.Request, o Outcome)
+
+	// Log, if not nil, logs refusals, rate-limited per result so that a
+	// flood of bad requests cannot flood the log ([RefusalLog]). Nil logs
+	// nothing: refusals are expected traffic, counted through Observe.
+	Log *RefusalLog
 }
 
 // RequireUnsafe requires a token on every method but GET, HEAD and
@@ -153,19 +167,20 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch len(vals) {
 	case 0:
 		if m.o.Require(r) {
-			m.o.ErrorWriter(w, r, problemMissing())
+			m.refuse(w, r, problemMissing(), "", 0)
 			return
 		}
+		m.pass(r, ResultUnfenced, "", 0)
 		h.next.ServeHTTP(w, r)
 		return
 	case 1:
 	default:
-		m.o.ErrorWriter(w, r, problemDuplicate())
+		m.refuse(w, r, problemDuplicate(), "", 0)
 		return
 	}
 	t, err := token.Parse(vals[0])
 	if err != nil {
-		m.o.ErrorWriter(w, r, problemInvalid(err))
+		m.refuse(w, r, problemInvalid(err), "", 0)
 		return
 	}
 	key, err := m.o.Resource(r)
@@ -173,27 +188,28 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = checkKey(key)
 	}
 	if err != nil {
-		m.o.ErrorWriter(w, r, problemNoResource(err))
+		m.refuse(w, r, problemNoResource(err), "", t)
 		return
 	}
 	ctx := r.Context()
 	// Before the per-key wait: a forger must not even queue for the key.
 	if err := m.o.Check.Check(ctx, key, t); err != nil {
-		m.o.ErrorWriter(w, r, checkProblem(t, err))
+		m.refuse(w, r, checkProblem(t, err), key, t)
 		return
 	}
 	if m.locks != nil {
 		l, err := m.locks.lock(ctx, key)
 		if err != nil {
-			m.o.ErrorWriter(w, r, problemUnavailable("the request ended while waiting for the resource", err))
+			m.refuse(w, r, problemUnavailable("the request ended while waiting for the resource", err), key, t)
 			return
 		}
 		defer l.unlock()
 	}
 	if err := m.o.Fence.Claim(ctx, key, t); err != nil {
-		m.o.ErrorWriter(w, r, claimProblem(t, err))
+		m.refuse(w, r, claimProblem(t, err), key, t)
 		return
 	}
+	m.pass(r, ResultAccepted, key, t)
 	h.next.ServeHTTP(w, r.WithContext(token.NewContext(ctx, key, t)))
 }
 

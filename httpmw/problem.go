@@ -39,8 +39,13 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 
 	// Resource is the resource key the token was checked against, set
-	// when the refusal is about that key's mark (stale). It is derived by
-	// the server from the route, never copied from a header.
+	// when the refusal is about that key's mark (stale) and the key is
+	// safe to echo: at most [MaxEchoKey] bytes of visible ASCII ('!'
+	// through '~': no space, no control, format or bidirectional
+	// character, nothing outside ASCII). Otherwise it is left out — not
+	// cut, which could name another resource. It is derived by the server
+	// from the route, never copied from a header, but the route comes from
+	// the client's path; the full key is in Err's [token.StaleError].
 	Resource string `json:"resource,omitempty"`
 	// Presented is the token the request carried, when it parsed.
 	Presented token.Token `json:"presented,omitzero"`
@@ -157,13 +162,34 @@ func problemForged(t token.Token, err error) *Problem {
 	return p
 }
 
+// MaxEchoKey is the longest resource key a 409 names ([Problem.Resource]).
+const MaxEchoKey = 64
+
+// echoKey returns key if a problem may name it: short, visible ASCII.
+func echoKey(key string) string {
+	if len(key) > MaxEchoKey || !safeText(key) {
+		return ""
+	}
+	return key
+}
+
+// safeText reports whether s is only visible ASCII, '!' through '~'.
+func safeText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '!' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 func problemStale(se *token.StaleError, err error) *Problem {
 	return &Problem{
 		Type:      TypeStale,
 		Title:     "Stale fencing token",
 		Status:    http.StatusConflict,
 		Detail:    "a newer lock holder has claimed this resource: the lock was lost",
-		Resource:  se.Resource,
+		Resource:  echoKey(se.Resource),
 		Presented: se.Presented,
 		Current:   se.Current,
 		Err:       err,

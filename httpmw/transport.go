@@ -105,7 +105,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	sent := token.Token(0)
+	sent, sentKey := token.Token(0), ""
 	if lockKey, tok, ok := token.FromContext(req.Context()); ok && !tok.IsZero() && len(req.Header[headerKey]) == 0 {
 		if t.Key == nil {
 			if req.Body != nil { // a RoundTripper closes the body, even on errors
@@ -119,7 +119,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				req.Header = make(http.Header)
 			}
 			req.Header[headerKey] = []string{tok.String()}
-			sent = tok
+			sent, sentKey = tok, key
 		}
 	}
 	resp, err := base.RoundTrip(req)
@@ -134,15 +134,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if sent == 0 {
 		return resp, nil // no token went out: no refusal of one
 	}
-	if stale := staleFrom(resp, sent); stale != nil {
+	if stale := staleFrom(resp, sent, sentKey); stale != nil {
 		return nil, stale
 	}
 	return resp, nil
 }
 
 // staleFrom returns the StaleError a 409 response carries, closing its
-// body, or nil, leaving the response readable as it came.
-func staleFrom(resp *http.Response, sent token.Token) *token.StaleError {
+// body, or nil, leaving the response readable as it came. key is the
+// resource key the token was sent for ("" if the caller set the header):
+// the error's Resource when the body names none (the middleware leaves
+// out keys unsafe to echo).
+func staleFrom(resp *http.Response, sent token.Token, key string) *token.StaleError {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if err != nil || mt != ContentType || resp.Body == nil {
 		return nil
@@ -151,6 +154,9 @@ func staleFrom(resp *http.Response, sent token.Token) *token.StaleError {
 	if rerr == nil && len(b) <= maxProblem {
 		if se := decodeStale(b, sent); se != nil {
 			_ = resp.Body.Close()
+			if se.Resource == "" {
+				se.Resource = key
+			}
 			return se
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 const fenceShards = 64
@@ -23,19 +24,45 @@ var fenceSeed = maphash.MakeSeed()
 //
 // # Memory
 //
-// Every distinct resource key ever claimed keeps one entry (the key's bytes
-// plus about 50 bytes) until [MemoryFence.Prune] removes it; nothing is
-// freed on its own. Bound it by calling Prune periodically, with a period
-// longer than any holder keeps one token (its whole lease, renewals
-// included). Prune removes the keys not claimed since the previous Prune and
-// raises a per-shard floor to the highest mark it removed, so a pruned key
-// still refuses every token it refused before: pruning never costs safety.
-// It can cost liveness only when a pruned key's floor is above a later,
-// honest token of another key — which fenceguard's lockers avoid, because
-// their tokens grow across keys too (cluster-wide revisions, or counters
-// floored by the server clock). Keep tokens from different lock services in
-// different fences. The shards' maps keep their capacity after a Prune, so
-// memory is bounded by the most keys claimed between two Prunes.
+// Every distinct resource key claimed keeps one entry (the key's bytes plus
+// about 50 bytes) until [MemoryFence.Prune] removes it; nothing is freed on
+// its own, so a client naming random keys grows the fence without bound
+// unless something prunes it. Run [MemoryFence.PruneEvery] (or call Prune
+// from a loop of your own) with a period longer than any holder keeps one
+// token (its whole lease, renewals included) and longer than the Check's
+// allowance ahead of the clock ([DefaultSkew], 5 min, for the default):
+//
+//	go fence.PruneEvery(ctx, 10*time.Minute)
+//
+// Prune removes the keys not claimed since the previous Prune, so an entry
+// lives between one and two periods after its last claim: the fence holds
+// at most the keys claimed in the last two periods — about 2·r·period
+// entries for r new keys a second — whatever the number of keys ever
+// named. The shards' maps keep their capacity after a Prune (Go maps do
+// not shrink), so memory is bounded by the most keys claimed in two
+// periods, not by the keys held now.
+//
+// Pruning never costs safety. Prune raises a per-shard floor to the
+// highest mark it removed, under the shard's mutex, and a key without an
+// entry is compared with its shard's floor: a pruned key still refuses
+// every token it refused before, and no claim can slip between the removal
+// and the floor. It can cost liveness only when a floor is above a later,
+// honest token of another key of the shard — which fenceguard's lockers
+// avoid when the period rule above holds, because their tokens grow across
+// keys too (cluster-wide revisions, or counters floored by the server
+// clock): a mark idle for a whole period was issued before any token a
+// holder still uses. Keep tokens from different lock services in different
+// fences, and keep the forged-token check on: a forged mark that gets
+// pruned becomes the floor of its shard (a ClockBound caps it at the
+// skew above the clock, which the period outlasts).
+//
+// There is no cap on the number of keys: at a cap the fence would have to
+// either evict marks claimed in the current period, raising floors above
+// tokens honest holders still present (every key of the shard refused
+// under a flood), or refuse new keys (every new resource refused under a
+// flood). Both trade a bounded lockout for memory; the period bound does
+// not. Bound the rate of requests instead, and do not claim keys of
+// resources that do not exist.
 //
 // # Forged tokens
 //
@@ -169,4 +196,23 @@ func (f *MemoryFence) Prune() int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// PruneEvery calls [MemoryFence.Prune] every period until ctx ends, then
+// returns ctx's error. It starts no goroutine of its own: run it in one
+// (go f.PruneEvery(ctx, period)), and end ctx to stop it. See "Memory"
+// above for the period: longer than any holder keeps one token and than
+// the Check's allowance above the clock. It panics if period is not
+// positive, as [time.NewTicker] does.
+func (f *MemoryFence) PruneEvery(ctx context.Context, period time.Duration) error {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			f.Prune()
+		}
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -140,5 +142,126 @@ func BenchmarkMemoryFenceClaimParallel(b *testing.B) {
 func BenchmarkParse(b *testing.B) {
 	for b.Loop() {
 		_, _ = token.Parse("1732870000123456")
+	}
+}
+
+// A client naming a new key with every request (issue 18: random SKUs)
+// grows the fence only up to the keys of the last two prune periods, and
+// the heap stops growing with it, whatever the number of keys ever named.
+func TestMemoryFencePruneBoundsManyKeys(t *testing.T) {
+	ctx := context.Background()
+	var f token.MemoryFence
+	const perPeriod, periods = 10_000, 20 // 200,000 distinct keys
+	var heap []uint64
+	maxLen := 0
+	for p := range periods {
+		for i := range perPeriod {
+			k := fmt.Sprintf("sku:random-%d-%d", p, i)
+			if err := f.Claim(ctx, k, token.Token(1+p*perPeriod+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		maxLen = max(maxLen, f.Len())
+		f.Prune()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heap = append(heap, ms.HeapAlloc)
+	}
+	if maxLen > 2*perPeriod {
+		t.Fatalf("the fence held %d keys at most, want at most %d (two periods' worth)", maxLen, 2*perPeriod)
+	}
+	// After the maps have reached their working size (a few periods), the
+	// heap must not grow with the keys named: allow 50% noise.
+	if early, late := heap[4], heap[periods-1]; late > early*3/2 {
+		t.Fatalf("heap grew from %d to %d bytes while the keys held stayed bounded", early, late)
+	}
+	t.Logf("%d distinct keys: at most %d held; heap after period 5 %d KiB, after period %d %d KiB",
+		perPeriod*periods, maxLen, heap[4]>>10, periods, heap[periods-1]>>10)
+	// Every pruned key still refuses the token it last accepted minus one.
+	for _, k := range []int{0, perPeriod - 1, 7*perPeriod + 3} {
+		key := fmt.Sprintf("sku:random-%d-%d", k/perPeriod, k%perPeriod)
+		if err := f.Claim(ctx, key, token.Token(k)); k > 0 && !errors.Is(err, token.ErrStale) {
+			t.Fatalf("pruned %s accepted %d, below its old mark %d: %v", key, k, k+1, err)
+		}
+	}
+}
+
+// Claims racing Prune: no key ever accepts a token below one it accepted
+// before, however its entry comes and goes.
+func TestMemoryFencePruneRacingClaims(t *testing.T) {
+	ctx := context.Background()
+	var f token.MemoryFence
+	const keys, rounds = 64, 2000
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		high = map[string]token.Token{}
+		bad  []string
+	)
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.Prune()
+			}
+		}
+	}()
+	var claimers sync.WaitGroup
+	for g := range 4 {
+		claimers.Add(1)
+		go func() {
+			defer claimers.Done()
+			for i := range rounds {
+				k := fmt.Sprint("k", (i*7+g)%keys)
+				// Tokens go up and down: the fence must refuse each one
+				// below the highest accepted so far for k.
+				tok := token.Token(1 + (i*31+g*17)%500)
+				mu.Lock()
+				err := f.Claim(ctx, k, tok)
+				if err == nil {
+					if tok < high[k] {
+						bad = append(bad, fmt.Sprintf("%s accepted %d after %d", k, tok, high[k]))
+					}
+					high[k] = max(high[k], tok)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	claimers.Wait()
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d older tokens got back in, e.g. %s", len(bad), bad[0])
+	}
+}
+
+func TestMemoryFencePruneEvery(t *testing.T) {
+	var f token.MemoryFence
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := f.Claim(ctx, "idle", 7); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.PruneEvery(ctx, 5*time.Millisecond) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("PruneEvery did not prune an idle key within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if hw := f.HighWater("idle"); hw != 7 {
+		t.Fatalf("HighWater of the pruned key = %d, want its floor 7", hw)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("PruneEvery returned %v, want context.Canceled", err)
 	}
 }

@@ -61,8 +61,10 @@ import (
 // guarantee.
 //
 // High-water keys never expire: an expired mark would let a stale holder
-// in. Each distinct resource costs one small key; delete the key of a
-// resource that no longer exists, never of one that does.
+// in, and there is no floor to compare a missing key with (a TTL on marks
+// is not safe). Each distinct resource costs one small key; delete the
+// key only of a resource that no longer exists and whose key can never
+// name a resource again — a re-created resource would accept any token.
 //
 // # Forged tokens and Reset
 //

@@ -2,7 +2,10 @@
 // from a guard's events ([Metrics.Observe] as guard.Options.Observer), the
 // resource side from claims ([Metrics.Fence] wraps any token.Fence;
 // [Metrics.Check] wraps a token.Check that runs before one, such as
-// httpmw's; [Metrics.Claim] records an enforcer's own checks).
+// httpmw's; [Metrics.Claim] records an enforcer's own checks), and the
+// HTTP middleware's every decision ([Metrics.HTTP] as
+// httpmw.Options.Observe), the refusals no Fence or Check sees included:
+// a missing, malformed or too long header.
 //
 // # Label cardinality
 //
@@ -28,6 +31,7 @@
 //	fenceguard_lease_hold_seconds{class}          histogram: grant to release or loss
 //	fenceguard_leases_held{class}                 gauge
 //	fenceguard_claims_total{class,result}         counter: result accepted|stale|forged|invalid|error
+//	fenceguard_http_requests_total{class,result}  counter: result accepted|unfenced|missing|invalid|no_resource|forged|stale|unavailable; class "none" before the key is known
 //	fenceguard_high_water{resource}               gauge: only for tracked resources
 //
 // A Metrics is safe for concurrent use.

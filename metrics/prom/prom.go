@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -52,6 +54,7 @@ type Metrics struct {
 	holdSeconds  *prometheus.HistogramVec
 	held         *prometheus.GaugeVec
 	claims       *prometheus.CounterVec
+	httpReqs     *prometheus.CounterVec
 	highWater    *prometheus.GaugeVec
 }
 
@@ -99,11 +102,14 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
 			Help: "Resource-side token checks: accepted, stale (refused, lower than the high-water), forged (refused, above any token the lock can have granted), invalid (bad input), error (check not made)."},
 			[]string{"class", "result"}),
+		httpReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_requests_total",
+			Help: "Decisions of the HTTP middleware (Metrics.HTTP as httpmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (428), invalid (400: malformed, too long, two headers, out of range), no_resource (404), forged (403), stale (409), unavailable (503)."},
+			[]string{"class", "result"}),
 		highWater: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "high_water",
 			Help: "Highest token accepted, for tracked resources only."}, []string{"resource"}),
 	}
 	for _, c := range []prometheus.Collector{m.acquireWait, m.acquisitions, m.acquireFails, m.renewals, m.renewSeconds,
-		m.renewFails, m.lost, m.releases, m.releaseFails, m.holdSeconds, m.held, m.claims, m.highWater} {
+		m.renewFails, m.lost, m.releases, m.releaseFails, m.holdSeconds, m.held, m.claims, m.httpReqs, m.highWater} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prom: register: %w", err)
 		}
@@ -240,4 +246,21 @@ func (c *check) Check(ctx context.Context, resource string, t token.Token) error
 		c.m.Claim(resource, t, err)
 	}
 	return err
+}
+
+// HTTP records one decision of httpmw's middleware in
+// http_requests_total{class,result}. Pass it as httpmw.Options.Observe: it
+// counts every request the middleware handles, the refusals that no
+// Fence or Check sees included (a missing, malformed, too long or doubled
+// header: 428 and 400; a request naming no resource: 404), which
+// [Metrics.Fence] and [Metrics.Check] cannot count. Refusals made before
+// the resource key is derived, and unfenced requests, have the class
+// "none". It does not touch claims_total: with a wrapped Fence as well,
+// each claim is counted once there and each request once here.
+func (m *Metrics) HTTP(_ *http.Request, o httpmw.Outcome) {
+	c := "none"
+	if o.Resource != "" {
+		c = m.class(o.Resource)
+	}
+	m.httpReqs.WithLabelValues(c, string(o.Result)).Inc()
 }

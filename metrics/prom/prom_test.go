@@ -238,3 +238,98 @@ func TestRegisterTwiceFails(t *testing.T) {
 		t.Fatal("registering the same metrics twice succeeded")
 	}
 }
+
+// Issue 18 #5: a burst of garbage headers — malformed, too long, doubled,
+// missing — never reaches a Fence or a Check, yet every one is counted,
+// with the refusals that do reach them and the 503 of a store that is
+// down, each request once.
+func TestHTTPCountsEveryRefusal(t *testing.T) {
+	m, reg := newMetrics(t, prom.Options{Class: byPrefix})
+	var fence token.MemoryFence
+	storeDown := false
+	mw, err := httpmw.New(httpmw.Options{
+		Resource: httpmw.PathValue("sku"),
+		Fence: fenceFunc(func(ctx context.Context, resource string, t token.Token) error {
+			if storeDown {
+				return errors.New("store down")
+			}
+			return fence.Claim(ctx, resource, t)
+		}),
+		Observe: m.HTTP,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/sku/{sku}", mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	do := func(method, path string, vals ...string) int {
+		r := httptest.NewRequest(method, path, nil)
+		if vals != nil {
+			r.Header[http.CanonicalHeaderKey(token.Header)] = vals
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w.Code
+	}
+	const burst = 500
+	for i := range burst {
+		for _, c := range []struct {
+			vals   []string
+			status int
+		}{
+			{[]string{fmt.Sprintf("x%d", i)}, 400},        // malformed
+			{[]string{strings.Repeat("1", 21+i%50)}, 400}, // too long
+			{[]string{"07"}, 400},                         // leading zero
+			{[]string{"5", "6"}, 400},                     // two headers
+			{nil, 428},                                    // missing
+		} {
+			if got := do(http.MethodPut, "/sku/1", c.vals...); got != c.status {
+				t.Fatalf("%q: status %d, want %d", c.vals, got, c.status)
+			}
+		}
+	}
+	steps := []struct {
+		method, path, tok string
+		status            int
+	}{
+		{"PUT", "/sku/1", "10", 200},
+		{"PUT", "/sku/1", "9", 409},
+		{"PUT", "/sku/1", "18446744073709551615", 403},
+		{"PUT", "/sku/%01", "10", 404},
+		{"GET", "/sku/1", "", 200},
+	}
+	for _, s := range steps {
+		var vals []string
+		if s.tok != "" {
+			vals = []string{s.tok}
+		}
+		if got := do(s.method, s.path, vals...); got != s.status {
+			t.Fatalf("%s %s %s: status %d, want %d", s.method, s.path, s.tok, got, s.status)
+		}
+	}
+	storeDown = true
+	if got := do("PUT", "/sku/1", "11"); got != 503 {
+		t.Fatalf("store down: status %d", got)
+	}
+	want := fmt.Sprintf(`
+# HELP fenceguard_http_requests_total Decisions of the HTTP middleware (Metrics.HTTP as httpmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (428), invalid (400: malformed, too long, two headers, out of range), no_resource (404), forged (403), stale (409), unavailable (503).
+# TYPE fenceguard_http_requests_total counter
+fenceguard_http_requests_total{class="none",result="invalid"} %d
+fenceguard_http_requests_total{class="none",result="missing"} %d
+fenceguard_http_requests_total{class="none",result="no_resource"} 1
+fenceguard_http_requests_total{class="none",result="unfenced"} 1
+fenceguard_http_requests_total{class="sku",result="accepted"} 1
+fenceguard_http_requests_total{class="sku",result="forged"} 1
+fenceguard_http_requests_total{class="sku",result="stale"} 1
+fenceguard_http_requests_total{class="sku",result="unavailable"} 1
+`, 4*burst, burst)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fenceguard_http_requests_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fenceFunc func(ctx context.Context, resource string, t token.Token) error
+
+func (f fenceFunc) Claim(ctx context.Context, resource string, t token.Token) error {
+	return f(ctx, resource, t)
+}

@@ -13,8 +13,12 @@ import (
 // (an upsert guarded by the mark), so concurrent claims from any number of
 // processes see one order.
 //
-// Marks are never deleted by this package: a deleted mark would let a
-// stale holder in. Each distinct resource costs one row.
+// Each distinct resource claimed costs one row, until [Tokens.Prune]
+// deletes the marks idle for long enough and raises the table's floor, so
+// that a pruned key still refuses what it refused before (a mark deleted
+// any other way would let a stale holder in). Run Prune periodically to
+// keep the table bounded by the keys in use rather than every key ever
+// named.
 //
 // Each claim first runs the Tokens' check ([TokensOptions.Check];
 // [token.DefaultCheck], the clock bound, for [NewFence]): a token it

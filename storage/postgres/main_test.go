@@ -88,14 +88,17 @@ func newTable(t testing.TB, o postgres.TableOptions) *postgres.Table {
 	return tb
 }
 
-// dump returns every row of tables as text, to compare before and after a
+// dump returns every row of tables (but a high-water table's floor) as text, to compare before and after a
 // call that must not write.
 func dump(t testing.TB, pool *pgxpool.Pool, tables ...string) string {
 	t.Helper()
 	var b strings.Builder
 	for _, tbl := range tables {
 		var s string
-		q := fmt.Sprintf(`SELECT coalesce(string_agg(r::text, ' ' ORDER BY r::text), '') FROM %s r`, tbl)
+		// Not the floor of pruned marks (resource ''), which Migrate
+		// creates in every high-water table.
+		q := fmt.Sprintf(`SELECT coalesce(string_agg(r::text, ' ' ORDER BY r::text), '') FROM %s r
+ WHERE to_jsonb(r)->>'resource' IS DISTINCT FROM ''`, tbl)
 		if err := pool.QueryRow(context.Background(), q).Scan(&s); err != nil {
 			t.Fatalf("dump %s: %v", tbl, err)
 		}

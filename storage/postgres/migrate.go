@@ -20,12 +20,22 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// tokensPlaceholder is replaced by the high-water table's sanitized name.
-const tokensPlaceholder = "{{.Tokens}}"
+// tokensPlaceholder is replaced by the high-water table's sanitized name,
+// schemaPlaceholder by its sanitized schema and a dot, or nothing when the
+// table is found through the search_path.
+const (
+	tokensPlaceholder = "{{.Tokens}}"
+	schemaPlaceholder = "{{.Schema}}"
+)
+
+// floorTrigger is the name of the trigger that checks inserted marks
+// against the floor of pruned marks (migrations/0002_floor.sql).
+const floorTrigger = "fenceguard_floor"
 
 // migrationSQL returns the file names and statements of every migration,
-// in order, for the table named table (sanitized).
-func migrationSQL(table string) (names, stmts []string, err error) {
+// in order, for the table named table (sanitized) in schema (sanitized,
+// with its dot; "" for the search_path).
+func migrationSQL(table, schema string) (names, stmts []string, err error) {
 	names, err = fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return nil, nil, err
@@ -36,7 +46,7 @@ func migrationSQL(table string) (names, stmts []string, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		stmts[i] = strings.ReplaceAll(string(b), tokensPlaceholder, table)
+		stmts[i] = strings.NewReplacer(tokensPlaceholder, table, schemaPlaceholder, schema).Replace(string(b))
 	}
 	return names, stmts, nil
 }
@@ -50,7 +60,11 @@ const migrateLock int64 = 0x66656e6365677264
 func Migrate(ctx context.Context, db DB) error { return defaultTokens.Migrate(ctx, db) }
 
 // Migrate creates k's table, and its schema if k names one, unless they
-// exist. It is idempotent, and safe to run from several processes at once
+// exist, and the trigger that checks new marks against the floor of
+// pruned ones ([Tokens.Prune]; a function fenceguard_floor_check in the
+// table's schema, and a trigger fenceguard_floor on the table). Run it
+// again after upgrading fenceguard: Prune refuses to run on a table
+// without the trigger. It is idempotent, and safe to run from several processes at once
 // (each instance of a service at start-up): it runs in one transaction
 // that first takes an advisory lock, so concurrent runs queue instead of
 // racing on CREATE.
@@ -84,13 +98,33 @@ func (k *Tokens) Migrate(ctx context.Context, db DB) error {
 			}
 		}
 	}
-	names, stmts, err := migrationSQL(k.table)
+	schema := ""
+	if k.schema != "" {
+		schema = pgx.Identifier{k.schema}.Sanitize() + "."
+	}
+	names, stmts, err := migrationSQL(k.table, schema)
 	if err != nil {
 		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
 	}
 	for i, sql := range stmts {
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("postgres: migrate %s: %s: %w", k.name, names[i], err)
+		}
+	}
+	// The floor's trigger, unless it exists: CREATE TRIGGER locks the
+	// table against every claim, which a service's start-up must not do
+	// each time.
+	var exists bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::text::regclass AND tgname = $2)`,
+		k.table, floorTrigger).Scan(&exists)
+	if err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", k.name, err)
+	}
+	if !exists {
+		_, err := tx.Exec(ctx, `CREATE TRIGGER `+floorTrigger+` AFTER INSERT ON `+k.table+
+			` FOR EACH ROW EXECUTE FUNCTION `+schema+`fenceguard_floor_check()`)
+		if err != nil {
+			return fmt.Errorf("postgres: migrate %s: floor trigger: %w", k.name, err)
 		}
 	}
 	committed = true

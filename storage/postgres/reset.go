@@ -51,8 +51,9 @@ func inTx(ctx context.Context, db DB, what string, fn func(pgx.Tx) error) error 
 
 // Reset implements [token.Resetter] on the Tokens' table, on db: it sets
 // resource's mark to to, whatever it was — lower or higher — and returns
-// the mark it replaced (0 when the resource had none: then it creates
-// it). It is the way back for a mark poisoned by a forged token, without
+// the mark it replaced (when the resource had none, the floor of pruned
+// marks it was compared with, or 0: then it creates the mark, below the
+// floor if to is). It is the way back for a mark poisoned by a forged token, without
 // hand-written SQL; see [token.Resetter] for which token to reset to.
 //
 // It is refused, with nothing written, for an empty resource
@@ -88,11 +89,19 @@ func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Tok
 			_, err = tx.Exec(ctx, k.setSQL, resource, v)
 			return err
 		}
+		// No mark: the key was compared with the floor of pruned marks.
+		if prev, _, err = k.highWater(ctx, tx, resource); err != nil {
+			return err
+		}
 		var inserted bool
 		err = tx.QueryRow(ctx, k.insertSQL, resource, v).Scan(&inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errRace
 		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, resetDoneSQL)
 		return err
 	})
 	if err != nil {

@@ -167,7 +167,7 @@ func NewTable(o TableOptions) (*Table, error) {
 	}
 	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
- (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text)`
+ coalesce((SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text), (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = ''))`
 	// The tombstone's upsert locks the high-water table's row for this key
 	// before the row itself is locked (the join needs its output before
 	// DELETE sees a row), the order the insert path of Upsert uses too.
@@ -175,7 +175,8 @@ func NewTable(o TableOptions) (*Table, error) {
 	// statement means.
 	tb.deleteSQL = `WITH fenceguard_cur AS (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2),
 fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, updated_at)
- SELECT $3 || $2::text, $1::bigint, now() WHERE EXISTS (SELECT FROM fenceguard_cur c WHERE c.` + tb.tok + ` <= $1::bigint)
+ SELECT $3 || $2::text, greatest($1::bigint, (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = '')), now()
+ WHERE EXISTS (SELECT FROM fenceguard_cur c WHERE c.` + tb.tok + ` <= $1::bigint)
  ON CONFLICT (resource) DO UPDATE SET token = greatest(m.token, excluded.token), updated_at = excluded.updated_at
  RETURNING true),
 fenceguard_d AS (DELETE FROM ` + tb.tbl + ` r USING fenceguard_t WHERE r.` + tb.key + ` = $2 AND r.` + tb.tok + ` <= $1::bigint RETURNING true)
@@ -345,6 +346,11 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 			retries++
 			continue
+		}
+		if floor, ok := floorRaise(err); ok && floor > t {
+			// A Prune committed while the insert ran, and took the
+			// key's tombstone: the floor refuses t.
+			return &token.StaleError{Resource: resource, Presented: t, Current: floor}
 		}
 		if err != nil {
 			return tb.wrap("upsert into", ins, nil, err)
@@ -641,7 +647,7 @@ func (tb *Table) insertSQL(set []string) string {
 		upd.WriteString(`, ` + q + ` = excluded.` + q)
 	}
 	return `WITH fenceguard_cur AS (SELECT FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2),
-fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, updated_at) VALUES ($3 || $2::text, $1::bigint, now())
+fenceguard_t AS (INSERT INTO ` + tb.tokens.table + ` AS m (resource, token, updated_at) ` + floorGateSQL(tb.tokens.table, "$3 || $2::text", "$1::bigint") + `
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true),
 fenceguard_i AS (INSERT INTO ` + tb.tbl + ` AS r (` + tb.key + `, ` + tb.tok + cols.String() + `) SELECT $2, $1::bigint` + vals.String() + ` FROM fenceguard_t
@@ -671,6 +677,13 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 		err := db.QueryRow(ctx, sql, args...).Scan(&mark, &claimed)
 		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 			retries++
+			continue
+		}
+		if _, ok := floorRaise(err); ok {
+			// Delete's tombstone is raised to the floor its snapshot
+			// read; a Prune that committed meanwhile raised the floor
+			// further. Nothing was deleted: run the statement again.
+			attempts++
 			continue
 		}
 		if err != nil {

@@ -581,7 +581,7 @@ func TestTableKeyTypesAndQuoting(t *testing.T) {
 	}
 
 	var tombs []string
-	rows, err := pool.Query(ctx, `SELECT resource FROM "Fencing; drop"."marks ""x""" ORDER BY 1`)
+	rows, err := pool.Query(ctx, `SELECT resource FROM "Fencing; drop"."marks ""x""" WHERE resource <> '' ORDER BY 1`)
 	if err == nil {
 		tombs, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,7 +63,10 @@ const maxHoldTimeout = (1<<31 - 1) * time.Millisecond
 // token bigint, updated_at timestamptz): one row per resource key, holding
 // the highest token accepted for it. Table mode ([Tokens.Tx]), the
 // [Fence] and the tombstones of column mode ([Table.Delete]) keep their
-// marks there. [Tokens.Migrate] creates it.
+// marks there. [Tokens.Migrate] creates it. [Tokens.Prune] deletes the
+// marks not used for a while and keeps what they refused in the table's
+// floor (the row of resource ""), which every key without a row is
+// compared with.
 //
 // A Tokens is immutable and safe for concurrent use.
 type Tokens struct {
@@ -81,6 +85,20 @@ type Tokens struct {
 	lockSQL        string // $1 resource → token, the row locked
 	insertSQL      string // $1 resource, $2 token → inserted, unless the row exists
 	setSQL         string // $1 resource, $2 token: sets the mark
+	floorSQL       string // → the floor of pruned marks, no row if none
+	pruneSQL       string // $1 age in µs, $2 batch size → (deleted, new floor or NULL)
+}
+
+// resetDoneSQL ends the floor trigger's exemption of Reset's insert.
+const resetDoneSQL = `SELECT set_config('fenceguard.reset', '', true)`
+
+// floorGateSQL is the source of a claim's upsert into the high-water
+// table tbl: the row (resource, t, now()), proposed only when t is not
+// below the floor of pruned marks (the row of resource "") or resource
+// has a row, which ON CONFLICT then compares t with.
+func floorGateSQL(tbl, resource, t string) string {
+	return `SELECT ` + resource + `, ` + t + `, now() WHERE ` + t + ` >= coalesce((SELECT token FROM ` + tbl + ` WHERE resource = ''), 0)
+ OR EXISTS (SELECT FROM ` + tbl + ` WHERE resource = ` + resource + `)`
 }
 
 // staleMarker is in the message of the error claimOrFailSQL raises.
@@ -90,6 +108,24 @@ const staleMarker = "fenceguard: stale fencing token"
 func isStaleRaise(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, staleMarker)
+}
+
+// floorRaise reports whether err is the floor's trigger refusing a new
+// mark below the floor of pruned marks, and the floor it reported.
+func floorRaise(err error) (token.Token, bool) {
+	var pgErr *pgconn.PgError
+	if !isStaleRaise(err) || !errors.As(err, &pgErr) {
+		return 0, false
+	}
+	f, ok := strings.CutPrefix(pgErr.Detail, "floor=")
+	if !ok {
+		return 0, false
+	}
+	v, perr := strconv.ParseInt(f, 10, 64)
+	if perr != nil || v <= 0 {
+		return 0, false
+	}
+	return token.Token(v), true
 }
 
 var defaultTokens = mustTokens(TokensOptions{})
@@ -131,10 +167,17 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	// newest row version, not the statement's snapshot, so the check is
 	// exact; the snapshot read that reports the current mark on refusal can
 	// lag (see claim).
-	k.claimSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) VALUES ($1, $2::bigint, now())
+	//
+	// A key without a row is compared with the floor of pruned marks (the
+	// row of resource '', see Prune): the row is proposed only if the
+	// token is not below the floor, or the key has a row for ON CONFLICT
+	// to compare with. Both reads are the statement's snapshot; the
+	// floor's trigger checks a row actually inserted again with a fresh
+	// read, for a Prune that committed in between.
+	k.claimSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` + floorGateSQL(tbl, "$1", "$2::bigint") + `
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
-SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenceguard_c) THEN (SELECT token FROM ` + tbl + ` WHERE resource = $1) END`
+SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenceguard_c) THEN coalesce((SELECT token FROM ` + tbl + ` WHERE resource = $1), (SELECT token FROM ` + tbl + ` WHERE resource = '')) END`
 	// Tx's claim also sets the hold bound for the rest of the transaction
 	// (set_config(…, true) is SET LOCAL), in the same statement: no round
 	// trip, no statement of its own.
@@ -143,13 +186,24 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
 	// failing cast is inside a sub-select so that the planner cannot fold
 	// it to an error while planning: it runs only when the claim is
 	// refused.
-	k.claimOrFailSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) VALUES ($1, $2::bigint, now())
+	k.claimOrFailSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` + floorGateSQL(tbl, "$1", "$2::bigint") + `
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
 SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL
-	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1`
-	k.lockSQL = k.highWaterSQL + ` FOR UPDATE`
-	k.insertSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES ($1, $2::bigint, now()) ON CONFLICT (resource) DO NOTHING RETURNING true`
+	k.highWaterSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1), (SELECT token FROM ` + tbl + ` WHERE resource = '')`
+	k.lockSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1 FOR UPDATE`
+	// Reset's insert is the operator's: the floor's trigger lets it below
+	// the floor (fenceguard.reset, set for this statement's transaction
+	// and cleared by resetDoneSQL right after).
+	k.insertSQL = `WITH fenceguard_r AS (SELECT set_config('fenceguard.reset', 'on', true))
+INSERT INTO ` + tbl + ` (resource, token, updated_at) SELECT $1, $2::bigint, now() FROM fenceguard_r ON CONFLICT (resource) DO NOTHING RETURNING true`
+	k.floorSQL = `SELECT token FROM ` + tbl + ` WHERE resource = ''`
+	k.pruneSQL = `WITH fenceguard_v AS (SELECT resource FROM ` + tbl + ` WHERE resource <> '' AND updated_at < now() - $1::bigint * interval '1 microsecond'
+ LIMIT $2 FOR UPDATE SKIP LOCKED),
+fenceguard_d AS (DELETE FROM ` + tbl + ` m USING fenceguard_v v WHERE m.resource = v.resource RETURNING m.token),
+fenceguard_f AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) SELECT '', max(token), now() FROM fenceguard_d HAVING count(*) > 0
+ ON CONFLICT (resource) DO UPDATE SET token = greatest(m.token, excluded.token), updated_at = excluded.updated_at RETURNING token)
+SELECT (SELECT count(*) FROM fenceguard_d), (SELECT token FROM fenceguard_f)`
 	k.setSQL = `UPDATE ` + tbl + ` SET token = $2::bigint, updated_at = now() WHERE resource = $1`
 	return k, nil
 }
@@ -188,8 +242,9 @@ func (k *Tokens) holdUntil(dl time.Time, ok bool) int64 {
 // String returns the table's name as configured, e.g. "fence_tokens".
 func (k *Tokens) String() string { return k.name }
 
-// HighWater returns the highest token accepted for resource, or 0 if none
-// was.
+// HighWater returns the highest token accepted for resource, or, if it has
+// no mark (none accepted, or pruned), the floor of pruned marks it is
+// compared with ([Tokens.Prune]); 0 if neither.
 func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.Token, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("postgres: %w", token.ErrNoResource)
@@ -201,16 +256,17 @@ func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.T
 	return cur, err
 }
 
-func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (token.Token, bool, error) {
-	var cur int64
-	err := q.QueryRow(ctx, k.highWaterSQL, resource).Scan(&cur)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
+// highWater reads resource's mark; found is false when it has no row, and
+// the mark is then the floor of pruned marks (0 if none).
+func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (cur token.Token, found bool, err error) {
+	var row, floor *int64
+	if err := q.QueryRow(ctx, k.highWaterSQL, resource).Scan(&row, &floor); err != nil {
 		return 0, false, wrapErr("read high-water of", k.name, err)
 	}
-	return token.Token(cur), true, nil
+	if row != nil {
+		return token.Token(*row), true, nil
+	}
+	return floorValue(deref(floor)), false, nil
 }
 
 // maxAttempts bounds the retries of a fenced statement whose refusal could
@@ -231,6 +287,11 @@ func (k *Tokens) claim(ctx context.Context, q querier, resource string, t token.
 			if retriable(q, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 				retries++
 				continue
+			}
+			if floor, ok := floorRaise(err); ok && floor > t {
+				// A Prune committed while the claim ran: the key's row
+				// was pruned, and the floor is above t.
+				return &token.StaleError{Resource: resource, Presented: t, Current: floor}
 			}
 			return k.claimErr(q, resource, err)
 		}

@@ -215,6 +215,9 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 				retries++
 				continue
 			}
+			if floor, ok := floorRaise(err); ok && floor > t {
+				return &token.StaleError{Resource: resource, Presented: t, Current: floor}
+			}
 			return wrapErr("claim "+resource+" in", k.name, err)
 		}
 		if !claimed {

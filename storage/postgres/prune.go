@@ -1,0 +1,137 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// pruneBatch is how many marks one statement of Prune deletes at most, so
+// that no transaction of Prune holds many row locks or runs long.
+const pruneBatch = 5000
+
+// ErrNotMigrated is returned by [Tokens.Prune] on a high-water table that
+// [Tokens.Migrate] of this version has not run on: without the floor's
+// trigger and row, deleting marks would not be safe.
+var ErrNotMigrated = errors.New("postgres: the high-water table lacks the floor trigger; run Migrate")
+
+// Prune deletes, from the default high-water table, the marks not claimed
+// for olderThan. See [Tokens.Prune].
+func Prune(ctx context.Context, db DB, olderThan time.Duration) (int64, error) {
+	return defaultTokens.Prune(ctx, db, olderThan)
+}
+
+// Prune deletes the marks of k's table that no claim has advanced or
+// confirmed for olderThan (by updated_at, the server's clock) — marks of
+// keys that no longer exist or are no longer used, the tombstones of
+// [Table.Delete] included — and returns how many it deleted. Call it
+// periodically (a job, or a ticker in one instance: it is safe from
+// several at once) to keep the table's size bounded by the keys used
+// within olderThan rather than by every key ever named.
+//
+// # Safety: the floor
+//
+// A deleted mark must not let an older token in. In the same statement
+// as the deletion, Prune raises the table's floor — the row of the empty
+// resource "", which no claim can name — to the highest mark it deleted,
+// and a key without a row is compared with the floor: every claim, the
+// tombstone claims of [Table.Upsert] and [Table.Delete] included, admits
+// a token for a key without a row only if it is not below the floor, and
+// the floor's trigger ([Tokens.Migrate]) checks every row actually
+// inserted once more, after the insert, with a fresh read. A claim whose
+// statement began before Prune committed can thus not re-create a pruned
+// key under an older token: its insert finds no row only once Prune's
+// DELETE has committed, and the floor was raised in that commit. Marks
+// locked by a claim in progress (a [Tokens.Tx] holding its resource) are
+// skipped, not waited for. [Tokens.HighWater] of a pruned key is the
+// floor. Prune refuses, with [ErrNotMigrated] and nothing deleted, on a
+// table that lacks the trigger.
+//
+// # Liveness: choosing olderThan
+//
+// The floor is one per table: a pruned key's mark refuses, from then on,
+// every key without a row below it. That refuses no honest holder when
+// tokens grow across keys with time — fenceguard's lockers' do
+// (clock-floored counters, cluster-wide revisions and zxids) — and
+// olderThan is longer than
+//
+//   - any holder keeps one token: its whole lease, renewals included (a
+//     mark idle that long was issued before every token still in use), and
+//   - the forged-token check's allowance above the clock ([token.DefaultSkew]
+//     for the default [token.ClockBound]): a forged mark, once pruned, then
+//     is below the clock, hence below every later clock-floored token.
+//
+// An hour is a safe default for leases of seconds. Keep tokens of
+// different lock services in different tables (TokensOptions.Name): a
+// pruned mark of the service with the larger numbers would refuse every
+// new key of the other. For etcd's or ZooKeeper's tokens, which the clock
+// bound does not cap, add the sequencer check: a forged mark that gets
+// pruned refuses every new key, until an operator lowers the floor (the
+// row of resource "", by hand).
+func (k *Tokens) Prune(ctx context.Context, db DB, olderThan time.Duration) (int64, error) {
+	if db == nil {
+		return 0, fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: Prune olderThan %v is not positive", ErrBadInput, olderThan)
+	}
+	var migrated bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::text::regclass AND tgname = $2 AND tgenabled <> 'D')
+ AND EXISTS (`+k.floorSQL+`)`, k.table, floorTrigger).Scan(&migrated)
+	if err != nil {
+		return 0, wrapErr("prune", k.name, err)
+	}
+	if !migrated {
+		return 0, fmt.Errorf("%w (%s)", ErrNotMigrated, k.name)
+	}
+	var total int64
+	for retries := 0; ; {
+		var n int64
+		var floor *int64
+		err := db.QueryRow(ctx, k.pruneSQL, olderThan.Microseconds(), pruneBatch).Scan(&n, &floor)
+		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
+			retries++
+			continue
+		}
+		if err != nil {
+			return total, wrapErr("prune", k.name, err)
+		}
+		total += n
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// Floor returns the floor of pruned marks of k's table: the highest mark
+// [Tokens.Prune] deleted, which every key without a mark is compared
+// with; 0 if Prune deleted none (the floor's row then holds 1, which
+// refuses nothing).
+func (k *Tokens) Floor(ctx context.Context, db DB) (token.Token, error) {
+	if db == nil {
+		return 0, fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	var f int64
+	err := db.QueryRow(ctx, k.floorSQL).Scan(&f)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, wrapErr("read the floor of", k.name, err)
+	}
+	return floorValue(f), nil
+}
+
+// floorValue is the floor the row of resource "" holds: Migrate creates it
+// with 1, which refuses nothing (tokens start at 1) and reads as 0.
+func floorValue(v int64) token.Token {
+	if v <= 1 {
+		return 0
+	}
+	return token.Token(v)
+}
