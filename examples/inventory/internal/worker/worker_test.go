@@ -184,7 +184,7 @@ func TestGateAndStaleWrite(t *testing.T) {
 		t.Fatalf("after the ack: %+v, want a gated read of 5 under %s", e, held)
 	}
 	// A newer holder claims the item while this one waits at its gate.
-	if err := s.store.Fencing().Fence.Claim(ctx, "sku:lamp", held+1000); err != nil {
+	if _, err := s.store.Get(ctx, "lamp", held+1000); err != nil {
 		t.Fatal(err)
 	}
 	acks <- struct{}{}
