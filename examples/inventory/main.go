@@ -50,7 +50,7 @@ func run(args []string) int {
 	case "demo":
 		err = runDemo(ctx, args)
 	case "serve":
-		err = serve(ctx, args)
+		err = serve(ctx, stop, args)
 	case "worker":
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		err = worker.Main(ctx, args, os.Stdin, os.Stdout, log)
@@ -91,7 +91,7 @@ func runDemo(ctx context.Context, args []string) error {
 	return demo.Main(ctx, c, os.Stdout)
 }
 
-func serve(ctx context.Context, args []string) error {
+func serve(ctx context.Context, stopSignals func(), args []string) error {
 	var (
 		sc       backend.StoreConfig
 		unfenced bool
@@ -163,11 +163,19 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	case <-ctx.Done():
 	}
+	// Graceful: stop accepting, let every request in flight finish (each
+	// sale is one statement, or one critical section in memory, so it is
+	// applied whole or not at all), then close the store. A second signal
+	// ends the process at once.
+	stopSignals()
 	log.Info("shutting down", "grace", *grace)
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// Past the grace: close the connections, which cancels the
+		// requests still running; a statement cancelled is rolled back.
+		srv.Close()
+		return fmt.Errorf("shutdown: requests still running after %v: %w", *grace, err)
 	}
 	return nil
 }

@@ -115,6 +115,15 @@ func TestServeCommand(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// serve wires the forged-token checks on the memory store too: the
+	// largest token there is would lock the item out.
+	req, _ = http.NewRequest("PUT", "http://"+addr+"/items/lamp/stock", strings.NewReader(`{"stock":0}`))
+	req.Header.Set("X-Fencing-Token", "18446744073709551615")
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Fatalf("PUT under 2^64-1: %v %v, want 403", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

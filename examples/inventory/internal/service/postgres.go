@@ -44,7 +44,13 @@ func NewPostgresStore(ctx context.Context, db DB) (*PostgresStore, error) {
 	if err := postgres.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("inventory: migrate: %w", err)
 	}
-	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS items (sku text PRIMARY KEY, stock integer NOT NULL)`); err != nil {
+	// Instances of the service start together over one database: the
+	// advisory lock makes their CREATEs queue instead of racing (two
+	// concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's
+	// unique index). One query string with no arguments runs in one
+	// implicit transaction, so the lock ("fg-items") holds until the CREATE
+	// is done.
+	if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(7378916445417467251); CREATE TABLE IF NOT EXISTS items (sku text PRIMARY KEY, stock integer NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("inventory: create items: %w", err)
 	}
 	if err := items.AddTokenColumn(ctx, db); err != nil {

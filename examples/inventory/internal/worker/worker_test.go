@@ -79,7 +79,7 @@ func newWorker(t *testing.T, s *shop, id int, out io.Writer, acks <-chan struct{
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &worker.Worker{ID: id, SKU: "lamp", Work: time.Millisecond, Guard: g, Client: s.client,
+	return &worker.Worker{ID: id, SKU: "lamp", Work: time.Millisecond, Guard: g, Clients: []*service.Client{s.client},
 		Events: worker.NewEncoder(out), Acks: acks, Log: slog.New(slog.DiscardHandler)}
 }
 
