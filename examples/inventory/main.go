@@ -6,6 +6,7 @@
 //	inventory demo   [flags]               the same, with flags (-h lists them)
 //	inventory serve  [flags]               the service alone
 //	inventory worker [flags]               one lock-holding seller (the demo starts these)
+//	inventory load   [flags]               serve under hostile load against PostgreSQL, fenced and not (docs/load.md)
 //
 // This file only wires: flags, signals, logs, the HTTP server's lifetime.
 // The service is internal/service, the seller internal/worker, the demo
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/demo"
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/load"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
 	"github.com/fenceguard/fenceguard/token"
@@ -51,11 +54,13 @@ func run(args []string) int {
 		err = runDemo(ctx, args)
 	case "serve":
 		err = serve(ctx, stop, args)
+	case "load":
+		err = load.Main(ctx, args, selfCommand, os.Stdout)
 	case "worker":
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		err = worker.Main(ctx, args, os.Stdin, os.Stdout, log)
 	default:
-		fmt.Fprintf(os.Stderr, "inventory: unknown command %q: want demo, serve or worker\n", cmd)
+		fmt.Fprintf(os.Stderr, "inventory: unknown command %q: want demo, serve, worker or load\n", cmd)
 		return 2
 	}
 	switch {
@@ -178,6 +183,15 @@ func serve(ctx context.Context, stopSignals func(), args []string) error {
 		return fmt.Errorf("shutdown: requests still running after %v: %w", *grace, err)
 	}
 	return nil
+}
+
+// selfCommand runs this program again with args, in this environment.
+func selfCommand(args []string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, args...)
 }
 
 func storeFlags(fs *flag.FlagSet, sc *backend.StoreConfig) {

@@ -144,3 +144,21 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("unknown command: %v, want exit status 2", err)
 	}
 }
+
+// The load command, briefly (docs/load.md has a real run): it runs, both
+// ways, and the fenced service answers no 5xx.
+func TestLoadCommand(t *testing.T) {
+	pg := servers.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := command(ctx, "load", "-duration=1s", "-control=1s", "-clients=2", "-items=4", "-database-url="+pg.DSN).CombinedOutput()
+	if err != nil {
+		t.Fatalf("load: %v\n%s", err, out)
+	}
+	for _, want := range []string{"fencing ON", "fencing OFF", "5xx             0", "fence_tokens    start 0 rows, end 0 rows", "throughput fenced / unfenced"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("%s", out)
+}

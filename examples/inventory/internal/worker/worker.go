@@ -136,17 +136,17 @@ func lines(r io.Reader) <-chan struct{} {
 
 // Worker sells units of one item, one per lock hold.
 type Worker struct {
-	ID     int
-	SKU    string
-	Work   time.Duration
-	Guard  *guard.Guard
+	ID    int
+	SKU   string
+	Work  time.Duration
+	Guard *guard.Guard
 	// Clients are the service's instances, addressed in turn: each request
 	// goes to the next one, so one critical section's read and write may
 	// reach different instances — which a store that enforces tokens in
 	// its statements (the PostgreSQL one) must and does make no matter.
 	Clients []*service.Client
 	next    int
-	Events *Encoder
+	Events  *Encoder
 	// Acks, when set, gates the worker: after each grant and each read it
 	// waits for a value (or for the channel to close, which ends the
 	// worker).

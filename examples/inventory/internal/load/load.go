@@ -1,0 +1,519 @@
+// Package load is the inventory's load command (`inventory load`): it runs
+// `inventory serve` as a child process against PostgreSQL, drives it with
+// hostile traffic — valid tokens, stale ones, garbage, forged ones, names
+// that are no item — for a fixed time, once with fencing on and once with
+// it off, and reports what a deployment cares about: throughput, latency,
+// the status mix, 5xx, the service's memory and the fencing state it
+// keeps, the log volume, and the fenced/unfenced throughput ratio.
+//
+// It is a bounded command, not a test: docs/load.md records a run.
+package load
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// Config is the load command's configuration.
+type Config struct {
+	Duration time.Duration // the fenced run
+	Control  time.Duration // the unfenced run; 0 skips it
+	Clients  int           // concurrent clients
+	Items    int           // real items
+	URL      string        // PostgreSQL; empty: a throwaway server
+	// Command runs `inventory` with args (the serve child).
+	Command func(args []string) *exec.Cmd
+}
+
+// Main parses args and runs the load, writing the report to out.
+func Main(ctx context.Context, args []string, command func([]string) *exec.Cmd, out io.Writer) error {
+	c := Config{Command: command}
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.DurationVar(&c.Duration, "duration", time.Minute, "how long to load the fenced service")
+	fs.DurationVar(&c.Control, "control", -1, "how long to load the unfenced service for the throughput ratio (default: -duration; 0 skips it)")
+	fs.IntVar(&c.Clients, "clients", 16, "concurrent clients")
+	fs.IntVar(&c.Items, "items", 64, "items in stock")
+	fs.StringVar(&c.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL, else a throwaway local server)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Control < 0 {
+		c.Control = c.Duration
+	}
+	if c.Duration <= 0 || c.Clients <= 0 || c.Items <= 0 {
+		return errors.New("load: -duration, -clients and -items must be positive")
+	}
+	return Run(ctx, c, out)
+}
+
+// Run runs the fenced load, then the unfenced one, and reports both.
+func Run(ctx context.Context, c Config, out io.Writer) error {
+	dsn := c.URL
+	desc := "PostgreSQL from the database URL"
+	if dsn == "" {
+		srv, err := servers.StartPostgres(ctx)
+		if err != nil {
+			return fmt.Errorf("load: no database URL, and a throwaway PostgreSQL did not start: %w", err)
+		}
+		defer srv.Close()
+		dsn = srv.DSN()
+		desc = "throwaway PostgreSQL"
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var version string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err == nil {
+		desc = "PostgreSQL " + strings.Fields(version)[0] + ", " + strings.TrimPrefix(desc, "PostgreSQL ")
+	}
+	fmt.Fprintf(out, "inventory load: %d clients, %d items, %s\n", c.Clients, c.Items, desc)
+	fmt.Fprintf(out, "mix: %s\n\n", mixDesc())
+
+	on, err := c.run(ctx, pool, dsn, true, c.Duration)
+	if err != nil {
+		return err
+	}
+	on.write(out)
+	if c.Control <= 0 {
+		return nil
+	}
+	off, err := c.run(ctx, pool, dsn, false, c.Control)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	off.write(out)
+	fmt.Fprintf(out, "\nthroughput fenced / unfenced: %.2f (%.0f / %.0f requests/s)\n", on.rps()/off.rps(), on.rps(), off.rps())
+	if on.status5xx() > 0 {
+		return fmt.Errorf("load: %d 5xx answers from the fenced service", on.status5xx())
+	}
+	return nil
+}
+
+// kinds of request, with their weights in the mix.
+type kind int
+
+const (
+	sell      kind = iota // POST sell, a holder's token
+	read                  // GET, a holder's token
+	restock               // PUT stock, a holder's token
+	stale                 // a token a minute old
+	garbage               // not a token
+	forged                // 2^64-1 or an hour ahead
+	randomSKU             // a valid token for a name that is no item
+	noToken               // a write without a token
+	nKinds
+)
+
+var (
+	kindNames = [nKinds]string{"sell", "read", "restock", "stale", "garbage", "forged", "random-sku", "no-token"}
+	weights   = [nKinds]int{30, 15, 5, 10, 10, 5, 20, 5}
+)
+
+func mixDesc() string {
+	var parts []string
+	for k := range nKinds {
+		parts = append(parts, fmt.Sprintf("%s %d%%", kindNames[k], weights[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pick(r *mrand.Rand) kind {
+	n := r.IntN(100)
+	for k := range nKinds {
+		if n < weights[k] {
+			return k
+		}
+		n -= weights[k]
+	}
+	return sell
+}
+
+var garbageTokens = []string{"abc", "-1", "007", "0", "1 2", "99999999999999999999999", "１２３", "0x10", ""}
+
+// result is one run's figures.
+type result struct {
+	fenced            bool
+	dur               time.Duration
+	requests          int
+	statuses          map[int]int
+	byKind            [nKinds]map[int]int
+	errors            int // no answer
+	lat               []time.Duration
+	rssStart, rssEnd  int64 // kB
+	rssMax            int64
+	marksStart        int64 // fence_tokens rows
+	marksEnd          int64
+	itemMarksEnd      int64 // items rows with a mark
+	itemsStart        int64
+	itemsEnd          int64
+	logBytes          int64 // during the run
+	logTotal          int64 // since serve started
+	distinctRandomSKU int
+}
+
+func (r *result) rps() float64 { return float64(r.requests) / r.dur.Seconds() }
+
+func (r *result) status5xx() int {
+	n := 0
+	for s, c := range r.statuses {
+		if s >= 500 {
+			n += c
+		}
+	}
+	return n
+}
+
+func (r *result) pct(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(r.lat)))) - 1
+	return r.lat[max(0, min(i, len(r.lat)-1))]
+}
+
+func (r *result) write(w io.Writer) {
+	name := "fencing ON"
+	if !r.fenced {
+		name = "fencing OFF (--unfenced: tokens ignored)"
+	}
+	fmt.Fprintf(w, "%s, %v\n", name, r.dur.Round(time.Second))
+	fmt.Fprintf(w, "  requests        %d (%.0f/s), %d without an answer\n", r.requests, r.rps(), r.errors)
+	fmt.Fprintf(w, "  latency         p50 %v  p99 %v  max %v\n", r.pct(0.50).Round(10*time.Microsecond), r.pct(0.99).Round(10*time.Microsecond), r.pct(1).Round(10*time.Microsecond))
+	fmt.Fprintf(w, "  statuses        %s\n", statusLine(r.statuses))
+	fmt.Fprintf(w, "  5xx             %d\n", r.status5xx())
+	for k := range nKinds {
+		fmt.Fprintf(w, "    %-11s   %s\n", kindNames[k], statusLine(r.byKind[k]))
+	}
+	fmt.Fprintf(w, "  service RSS     start %.1f MB, end %.1f MB, max %.1f MB\n", mb(r.rssStart), mb(r.rssEnd), mb(r.rssMax))
+	fmt.Fprintf(w, "  fence_tokens    start %d rows, end %d rows (%d distinct unknown names requested)\n", r.marksStart, r.marksEnd, r.distinctRandomSKU)
+	fmt.Fprintf(w, "  items           start %d rows, end %d rows, %d with a mark\n", r.itemsStart, r.itemsEnd, r.itemMarksEnd)
+	fmt.Fprintf(w, "  log written     %d bytes during the run (%d since serve started)\n", r.logBytes, r.logTotal)
+}
+
+func mb(kb int64) float64 { return float64(kb) / 1024 }
+
+func statusLine(m map[int]int) string {
+	var codes []int
+	total := 0
+	for s, n := range m {
+		codes = append(codes, s)
+		total += n
+	}
+	sort.Ints(codes)
+	var parts []string
+	for _, s := range codes {
+		parts = append(parts, fmt.Sprintf("%d: %d (%.1f%%)", s, m[s], 100*float64(m[s])/float64(max(total, 1))))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countingWriter counts the bytes of the child's log.
+type countingWriter struct{ n atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil }
+
+func (c Config) run(ctx context.Context, pool *pgxpool.Pool, dsn string, fenced bool, d time.Duration) (*result, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args := []string{"serve", "--store=postgres", "--database-url=" + dsn, "--addr=" + addr}
+	if !fenced {
+		args = append(args, "--unfenced")
+	}
+	cmd := c.Command(args)
+	logs := &countingWriter{}
+	cmd.Stderr = logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	base := "http://" + addr
+	tr := &http.Transport{MaxIdleConnsPerHost: c.Clients, MaxConnsPerHost: c.Clients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	if err := waitReady(ctx, hc, base, exited); err != nil {
+		return nil, err
+	}
+	prefix := "load-" + map[bool]string{true: "on", false: "off"}[fenced] + "-"
+	skus := make([]string, c.Items)
+	for i := range skus {
+		skus[i] = prefix + strconv.Itoa(i)
+		req, _ := http.NewRequestWithContext(ctx, "PUT", base+"/admin/items/"+skus[i], strings.NewReader(`{"stock":1000000}`))
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("load: seeding %s: %s", skus[i], resp.Status)
+		}
+	}
+	// A short warm-up, so the start figures are those of a running service.
+	warm, cancel := context.WithTimeout(ctx, min(2*time.Second, max(d/10, 100*time.Millisecond)))
+	c.drive(warm, hc, base, skus, nil)
+	cancel()
+
+	res := &result{fenced: fenced, statuses: map[int]int{}}
+	for k := range nKinds {
+		res.byKind[k] = map[int]int{}
+	}
+	res.rssStart = rss(cmd.Process.Pid)
+	res.rssMax = res.rssStart
+	if err := counts(ctx, pool, &res.marksStart, &res.itemsStart, nil); err != nil {
+		return nil, err
+	}
+	logStart := logs.n.Load()
+
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stopSample := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // RSS every second, for the max
+		defer close(sampled)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSample:
+				return
+			case <-t.C:
+				res.rssMax = max(res.rssMax, rss(cmd.Process.Pid))
+			}
+		}
+	}()
+	begin := time.Now()
+	c.drive(rctx, hc, base, skus, res)
+	res.dur = time.Since(begin)
+	close(stopSample)
+	<-sampled
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	res.rssEnd = rss(cmd.Process.Pid)
+	res.rssMax = max(res.rssMax, res.rssEnd)
+	if err := counts(ctx, pool, &res.marksEnd, &res.itemsEnd, &res.itemMarksEnd); err != nil {
+		return nil, err
+	}
+	res.logTotal = logs.n.Load()
+	res.logBytes = res.logTotal - logStart
+	slices.Sort(res.lat)
+	return res, nil
+}
+
+func waitReady(ctx context.Context, hc *http.Client, base string, exited <-chan error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/healthz", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("load: serve exited: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("load: serve did not answer /healthz: %v", err)
+		}
+	}
+}
+
+func counts(ctx context.Context, pool *pgxpool.Pool, marks, items, itemMarks *int64) error {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_tokens`).Scan(marks); err != nil {
+		return fmt.Errorf("load: counting fence_tokens: %w", err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM items`).Scan(items); err != nil {
+		return err
+	}
+	if itemMarks != nil {
+		return pool.QueryRow(ctx, `SELECT count(*) FROM items WHERE fence_token > 0`).Scan(itemMarks)
+	}
+	return nil
+}
+
+// rss is the process's resident set in kB, 0 if unknown.
+func rss(pid int) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// drive runs the clients until ctx ends, recording into res (nil: not at all).
+func (c Config) drive(ctx context.Context, hc *http.Client, base string, skus []string, res *result) {
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		distinct = map[string]bool{}
+	)
+	for range c.Clients {
+		wg.Go(func() {
+			r := mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
+			var (
+				lat      = make([]time.Duration, 0, 1<<14)
+				statuses = map[int]int{}
+				byKind   [nKinds]map[int]int
+				errs     int
+				names    []string
+			)
+			for k := range nKinds {
+				byKind[k] = map[int]int{}
+			}
+			for ctx.Err() == nil {
+				k := pick(r)
+				req := request(r, k, base, skus)
+				if k == randomSKU && res != nil {
+					names = append(names, req.URL.Path)
+				}
+				t0 := time.Now()
+				resp, err := hc.Do(req.WithContext(ctx))
+				if err != nil {
+					if ctx.Err() == nil {
+						errs++
+					}
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lat = append(lat, time.Since(t0))
+				statuses[resp.StatusCode]++
+				byKind[k][resp.StatusCode]++
+			}
+			if res == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.lat = append(res.lat, lat...)
+			res.requests += len(lat)
+			res.errors += errs
+			for s, n := range statuses {
+				res.statuses[s] += n
+			}
+			for k := range nKinds {
+				for s, n := range byKind[k] {
+					res.byKind[k][s] += n
+				}
+			}
+			for _, n := range names {
+				distinct[n] = true
+			}
+		})
+	}
+	wg.Wait()
+	if res != nil {
+		res.distinctRandomSKU = len(distinct)
+	}
+}
+
+// request builds one request of kind k. A holder's token is the clock in
+// µs, as clock-floored lockers (memlock, redislock, redlock) grant them:
+// concurrent clients on one item overtake each other, and the overtaken
+// one's request is stale — as for real holders whose leases ran out.
+func request(r *mrand.Rand, k kind, base string, skus []string) *http.Request {
+	sku := skus[r.IntN(len(skus))]
+	now := token.Token(time.Now().UnixMicro())
+	tok := now.String()
+	method, path, body := "POST", "/items/"+sku+"/sell", ""
+	switch k {
+	case read:
+		method, path = "GET", "/items/"+sku
+	case restock:
+		method, path, body = "PUT", "/items/"+sku+"/stock", `{"stock":1000000}`
+	case stale:
+		tok = (now - token.Token(time.Minute.Microseconds())).String()
+	case garbage:
+		tok = garbageTokens[r.IntN(len(garbageTokens))]
+	case forged:
+		tok = token.Token(math.MaxUint64).String()
+		if r.IntN(2) == 0 {
+			tok = (now + token.Token(time.Hour.Microseconds())).String()
+		}
+	case randomSKU:
+		b := make([]byte, 8)
+		rand.Read(b)
+		name := "nx-" + hex.EncodeToString(b)
+		switch r.IntN(3) {
+		case 0:
+			method, path = "GET", "/items/"+name
+		case 1:
+			method, path, body = "PUT", "/items/"+name+"/stock", `{"stock":1}`
+		default:
+			path = "/items/" + name + "/sell"
+		}
+	case noToken:
+		tok = ""
+	}
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, base+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if k != noToken {
+		req.Header[http.CanonicalHeaderKey(token.Header)] = []string{tok}
+		if k == garbage && tok == "" {
+			req.Header[http.CanonicalHeaderKey(token.Header)] = []string{"1", "2"} // two headers
+		}
+	}
+	return req
+}
