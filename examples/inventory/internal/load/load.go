@@ -2,7 +2,7 @@
 // `inventory serve` as a child process against PostgreSQL, drives it with
 // hostile traffic — valid tokens, stale ones, garbage, forged ones, names
 // that are no item — for a fixed time, once with fencing on and once with
-// it off, and reports what a deployment cares about: throughput, latency,
+// it off (both running, taking the load in turns), and reports what a deployment cares about: throughput, latency,
 // the status mix, 5xx, the service's memory and the fencing state it
 // keeps, the log volume, and the fenced/unfenced throughput ratio.
 //
@@ -42,7 +42,7 @@ import (
 // Config is the load command's configuration.
 type Config struct {
 	Duration time.Duration // the fenced run
-	Control  time.Duration // the unfenced run; 0 skips it
+	Control  time.Duration // the unfenced run, in turns with the fenced one; 0 skips it
 	Clients  int           // concurrent clients
 	Items    int           // real items
 	URL      string        // PostgreSQL; empty: a throwaway server
@@ -55,7 +55,7 @@ func Main(ctx context.Context, args []string, command func([]string) *exec.Cmd, 
 	c := Config{Command: command}
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "how long to load the fenced service")
-	fs.DurationVar(&c.Control, "control", -1, "how long to load the unfenced service for the throughput ratio (default: -duration; 0 skips it)")
+	fs.DurationVar(&c.Control, "control", -1, "how long to load the unfenced service, in 10 s turns with the fenced one, for the throughput ratio (default: -duration; 0 skips it)")
 	fs.IntVar(&c.Clients, "clients", 16, "concurrent clients")
 	fs.IntVar(&c.Items, "items", 64, "items in stock")
 	fs.StringVar(&c.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL, else a throwaway local server)")
@@ -96,23 +96,63 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	fmt.Fprintf(out, "inventory load: %d clients, %d items, %s\n", c.Clients, c.Items, desc)
 	fmt.Fprintf(out, "mix: %s\n\n", mixDesc())
 
-	on, err := c.run(ctx, pool, dsn, true, c.Duration)
+	// Both services run at once and take the load in turn, in slices,
+	// while the unfenced one has time left: whatever else the machine does
+	// then slows both alike, and the ratio compares like with like.
+	on, err := c.start(ctx, pool, dsn, true)
 	if err != nil {
 		return err
 	}
-	on.write(out)
-	if c.Control <= 0 {
-		return nil
+	defer on.close()
+	var off *target
+	if c.Control > 0 {
+		if off, err = c.start(ctx, pool, dsn, false); err != nil {
+			return err
+		}
+		defer off.close()
 	}
-	off, err := c.run(ctx, pool, dsn, false, c.Control)
-	if err != nil {
-		return err
+	for _, t := range []*target{on, off} {
+		if t != nil {
+			if err := t.begin(ctx, pool); err != nil {
+				return err
+			}
+		}
 	}
-	fmt.Fprintln(out)
-	off.write(out)
-	fmt.Fprintf(out, "\nthroughput fenced / unfenced: %.2f (%.0f / %.0f requests/s)\n", on.rps()/off.rps(), on.rps(), off.rps())
-	if on.status5xx() > 0 {
-		return fmt.Errorf("load: %d 5xx answers from the fenced service", on.status5xx())
+	const slice = 10 * time.Second
+	for on.res.dur < c.Duration || (off != nil && off.res.dur < c.Control) {
+		paired := off != nil && off.res.dur < c.Control
+		if on.res.dur < c.Duration {
+			n, d := on.res.requests, on.res.dur
+			c.measure(ctx, on, min(slice, c.Duration-on.res.dur))
+			if paired {
+				on.pairedReq += on.res.requests - n
+				on.pairedDur += on.res.dur - d
+			}
+		}
+		if paired {
+			c.measure(ctx, off, min(slice, c.Control-off.res.dur))
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	for _, t := range []*target{on, off} {
+		if t != nil {
+			if err := t.end(ctx, pool); err != nil {
+				return err
+			}
+		}
+	}
+	on.res.write(out)
+	if off != nil {
+		fmt.Fprintln(out)
+		off.res.write(out)
+		pairedRPS := float64(on.pairedReq) / on.pairedDur.Seconds()
+		fmt.Fprintf(out, "\nthroughput fenced / unfenced: %.2f (%.0f / %.0f requests/s, over the %v each took the load in turn)\n",
+			pairedRPS/off.res.rps(), pairedRPS, off.res.rps(), off.res.dur.Round(time.Second))
+	}
+	if n := on.res.status5xx(); n > 0 {
+		return fmt.Errorf("load: %d 5xx answers from the fenced service", n)
 	}
 	return nil
 }
@@ -177,6 +217,7 @@ type result struct {
 	logBytes          int64 // during the run
 	logTotal          int64 // since serve started
 	distinctRandomSKU int
+	names             map[string]bool // the unknown names requested
 }
 
 func (r *result) rps() float64 { return float64(r.requests) / r.dur.Seconds() }
@@ -240,7 +281,27 @@ type countingWriter struct{ n atomic.Int64 }
 
 func (c *countingWriter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil }
 
-func (c Config) run(ctx context.Context, pool *pgxpool.Pool, dsn string, fenced bool, d time.Duration) (*result, error) {
+// target is one running service under load.
+type target struct {
+	cmd     *exec.Cmd
+	exited  chan error
+	hc      *http.Client
+	tr      *http.Transport
+	base    string
+	skus    []string
+	logs    *countingWriter
+	res     *result
+	rssMax  atomic.Int64
+	stopRSS chan struct{}
+	sampled chan struct{}
+	logFrom int64
+
+	pairedReq int           // requests while the other service also took slices
+	pairedDur time.Duration // and their time
+}
+
+// start runs serve, seeds its items and warms it up.
+func (c Config) start(ctx context.Context, pool *pgxpool.Pool, dsn string, fenced bool) (*target, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -251,95 +312,115 @@ func (c Config) run(ctx context.Context, pool *pgxpool.Pool, dsn string, fenced 
 	if !fenced {
 		args = append(args, "--unfenced")
 	}
-	cmd := c.Command(args)
-	logs := &countingWriter{}
-	cmd.Stderr = logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	t := &target{cmd: c.Command(args), exited: make(chan error, 1), base: "http://" + addr, logs: &countingWriter{}}
+	t.cmd.Stderr = t.logs
+	t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := t.cmd.Start(); err != nil {
 		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	base := "http://" + addr
-	tr := &http.Transport{MaxIdleConnsPerHost: c.Clients, MaxConnsPerHost: c.Clients}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	if err := waitReady(ctx, hc, base, exited); err != nil {
+	go func() { t.exited <- t.cmd.Wait() }()
+	t.tr = &http.Transport{MaxIdleConnsPerHost: c.Clients, MaxConnsPerHost: c.Clients}
+	t.hc = &http.Client{Transport: t.tr, Timeout: 30 * time.Second}
+	if err := waitReady(ctx, t.hc, t.base, t.exited); err != nil {
+		t.close()
 		return nil, err
 	}
 	prefix := "load-" + map[bool]string{true: "on", false: "off"}[fenced] + "-"
-	skus := make([]string, c.Items)
-	for i := range skus {
-		skus[i] = prefix + strconv.Itoa(i)
-		req, _ := http.NewRequestWithContext(ctx, "PUT", base+"/admin/items/"+skus[i], strings.NewReader(`{"stock":1000000}`))
-		resp, err := hc.Do(req)
+	t.skus = make([]string, c.Items)
+	for i := range t.skus {
+		t.skus[i] = prefix + strconv.Itoa(i)
+		req, _ := http.NewRequestWithContext(ctx, "PUT", t.base+"/admin/items/"+t.skus[i], strings.NewReader(`{"stock":1000000}`))
+		resp, err := t.hc.Do(req)
 		if err != nil {
+			t.close()
 			return nil, err
 		}
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			return nil, fmt.Errorf("load: seeding %s: %s", skus[i], resp.Status)
+			t.close()
+			return nil, fmt.Errorf("load: seeding %s: %s", t.skus[i], resp.Status)
 		}
 	}
 	// A short warm-up, so the start figures are those of a running service.
-	warm, cancel := context.WithTimeout(ctx, min(2*time.Second, max(d/10, 100*time.Millisecond)))
-	c.drive(warm, hc, base, skus, nil)
+	warm, cancel := context.WithTimeout(ctx, min(2*time.Second, max(c.Duration/10, 100*time.Millisecond)))
+	c.drive(warm, t, nil)
 	cancel()
-
-	res := &result{fenced: fenced, statuses: map[int]int{}}
+	t.res = &result{fenced: fenced, statuses: map[int]int{}, names: map[string]bool{}}
 	for k := range nKinds {
-		res.byKind[k] = map[int]int{}
+		t.res.byKind[k] = map[int]int{}
 	}
-	res.rssStart = rss(cmd.Process.Pid)
-	res.rssMax = res.rssStart
-	if err := counts(ctx, pool, &res.marksStart, &res.itemsStart, nil); err != nil {
-		return nil, err
-	}
-	logStart := logs.n.Load()
+	return t, nil
+}
 
-	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	stopSample := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() { // RSS every second, for the max
-		defer close(sampled)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
+// begin takes the start figures and starts sampling the RSS.
+func (t *target) begin(ctx context.Context, pool *pgxpool.Pool) error {
+	t.res.rssStart = rss(t.cmd.Process.Pid)
+	t.rssMax.Store(t.res.rssStart)
+	if err := counts(ctx, pool, &t.res.marksStart, &t.res.itemsStart, nil); err != nil {
+		return err
+	}
+	t.logFrom = t.logs.n.Load()
+	t.stopRSS, t.sampled = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(t.sampled)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
 		for {
 			select {
-			case <-stopSample:
+			case <-t.stopRSS:
 				return
-			case <-t.C:
-				res.rssMax = max(res.rssMax, rss(cmd.Process.Pid))
+			case <-tick.C:
+				if n := rss(t.cmd.Process.Pid); n > t.rssMax.Load() {
+					t.rssMax.Store(n)
+				}
 			}
 		}
 	}()
+	return nil
+}
+
+// measure loads t for d.
+func (c Config) measure(ctx context.Context, t *target, d time.Duration) {
+	mctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	begin := time.Now()
-	c.drive(rctx, hc, base, skus, res)
-	res.dur = time.Since(begin)
-	close(stopSample)
-	<-sampled
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	c.drive(mctx, t, t.res)
+	t.res.dur += time.Since(begin)
+}
+
+// end takes the end figures.
+func (t *target) end(ctx context.Context, pool *pgxpool.Pool) error {
+	close(t.stopRSS)
+	<-t.sampled
+	t.stopRSS = nil
+	r := t.res
+	r.rssEnd = rss(t.cmd.Process.Pid)
+	r.rssMax = max(t.rssMax.Load(), r.rssEnd)
+	if err := counts(ctx, pool, &r.marksEnd, &r.itemsEnd, &r.itemMarksEnd); err != nil {
+		return err
 	}
-	res.rssEnd = rss(cmd.Process.Pid)
-	res.rssMax = max(res.rssMax, res.rssEnd)
-	if err := counts(ctx, pool, &res.marksEnd, &res.itemsEnd, &res.itemMarksEnd); err != nil {
-		return nil, err
+	r.logTotal = t.logs.n.Load()
+	r.logBytes = r.logTotal - t.logFrom
+	r.distinctRandomSKU = len(r.names)
+	slices.Sort(r.lat)
+	return nil
+}
+
+// close stops serve (SIGTERM, then SIGKILL).
+func (t *target) close() {
+	if t.stopRSS != nil {
+		close(t.stopRSS)
+		<-t.sampled
+		t.stopRSS = nil
 	}
-	res.logTotal = logs.n.Load()
-	res.logBytes = res.logTotal - logStart
-	slices.Sort(res.lat)
-	return res, nil
+	t.tr.CloseIdleConnections()
+	t.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-t.exited:
+	case <-time.After(15 * time.Second):
+		t.cmd.Process.Kill()
+		<-t.exited
+	}
 }
 
 func waitReady(ctx context.Context, hc *http.Client, base string, exited <-chan error) error {
@@ -397,11 +478,10 @@ func rss(pid int) int64 {
 }
 
 // drive runs the clients until ctx ends, recording into res (nil: not at all).
-func (c Config) drive(ctx context.Context, hc *http.Client, base string, skus []string, res *result) {
+func (c Config) drive(ctx context.Context, t *target, res *result) {
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		distinct = map[string]bool{}
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for range c.Clients {
 		wg.Go(func() {
@@ -418,12 +498,12 @@ func (c Config) drive(ctx context.Context, hc *http.Client, base string, skus []
 			}
 			for ctx.Err() == nil {
 				k := pick(r)
-				req := request(r, k, base, skus)
+				req := request(r, k, t.base, t.skus)
 				if k == randomSKU && res != nil {
 					names = append(names, req.URL.Path)
 				}
 				t0 := time.Now()
-				resp, err := hc.Do(req.WithContext(ctx))
+				resp, err := t.hc.Do(req.WithContext(ctx))
 				if err != nil {
 					if ctx.Err() == nil {
 						errs++
@@ -453,14 +533,11 @@ func (c Config) drive(ctx context.Context, hc *http.Client, base string, skus []
 				}
 			}
 			for _, n := range names {
-				distinct[n] = true
+				res.names[n] = true
 			}
 		})
 	}
 	wg.Wait()
-	if res != nil {
-		res.distinctRandomSKU = len(distinct)
-	}
 }
 
 // request builds one request of kind k. A holder's token is the clock in

@@ -19,12 +19,13 @@
 // reach it.
 //
 // Errors are RFC 9457 problem details (application/problem+json): the fencing
-// middleware's for token refusals (428 missing, 400 malformed, 409 stale,
+// middleware's for token refusals (428 missing, 400 malformed, 403 forged,
 // 503 when the check could not be made — see package httpmw), and this
 // package's for the rest (404 no such item, 400 bad body, 500 store failure).
-// A store that refuses a token the middleware let through (a newer holder
-// claimed the item in between) answers the middleware's own 409, so a client
-// sees one kind of refusal.
+// A stale token is refused by the store, which claims (see Fencing), with
+// httpmw's 409 stale-token problem carrying the item's mark, so a client
+// sees the one kind of refusal httpmw.Transport turns into a
+// *token.StaleError.
 //
 // # Fencing
 //
