@@ -6,6 +6,7 @@
 //	inventory demo   [flags]               the same, with flags (-h lists them)
 //	inventory serve  [flags]               the service alone
 //	inventory worker [flags]               one lock-holding seller (the demo starts these)
+//	inventory load   [flags]               serve under hostile load against PostgreSQL, fenced and not (docs/load.md)
 //
 // This file only wires: flags, signals, logs, the HTTP server's lifetime.
 // The service is internal/service, the seller internal/worker, the demo
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/demo"
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/load"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
 	"github.com/fenceguard/fenceguard/token"
@@ -50,12 +53,14 @@ func run(args []string) int {
 	case "demo":
 		err = runDemo(ctx, args)
 	case "serve":
-		err = serve(ctx, args)
+		err = serve(ctx, stop, args)
+	case "load":
+		err = load.Main(ctx, args, selfCommand, os.Stdout)
 	case "worker":
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		err = worker.Main(ctx, args, os.Stdin, os.Stdout, log)
 	default:
-		fmt.Fprintf(os.Stderr, "inventory: unknown command %q: want demo, serve or worker\n", cmd)
+		fmt.Fprintf(os.Stderr, "inventory: unknown command %q: want demo, serve, worker or load\n", cmd)
 		return 2
 	}
 	switch {
@@ -91,7 +96,7 @@ func runDemo(ctx context.Context, args []string) error {
 	return demo.Main(ctx, c, os.Stdout)
 }
 
-func serve(ctx context.Context, args []string) error {
+func serve(ctx context.Context, stopSignals func(), args []string) error {
 	var (
 		sc       backend.StoreConfig
 		unfenced bool
@@ -163,13 +168,30 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	case <-ctx.Done():
 	}
+	// Graceful: stop accepting, let every request in flight finish (each
+	// sale is one statement, or one critical section in memory, so it is
+	// applied whole or not at all), then close the store. A second signal
+	// ends the process at once.
+	stopSignals()
 	log.Info("shutting down", "grace", *grace)
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// Past the grace: close the connections, which cancels the
+		// requests still running; a statement cancelled is rolled back.
+		srv.Close()
+		return fmt.Errorf("shutdown: requests still running after %v: %w", *grace, err)
 	}
 	return nil
+}
+
+// selfCommand runs this program again with args, in this environment.
+func selfCommand(args []string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, args...)
 }
 
 func storeFlags(fs *flag.FlagSet, sc *backend.StoreConfig) {

@@ -46,7 +46,7 @@ func TestOpenStore(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	t.Run("memory", func(t *testing.T) {
 		s, err := OpenStore(ctx, StoreConfig{Mode: StoreMemory}, log)
-		if err != nil || !strings.Contains(s.Desc, "memory") || s.Fencing().SerializePerKey != true {
+		if err != nil || !strings.Contains(s.Desc, "memory") {
 			t.Fatalf("%+v, %v", s, err)
 		}
 		s.Close()
@@ -58,7 +58,7 @@ func TestOpenStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if !strings.HasPrefix(s.Desc, "PostgreSQL ") || s.Notice != "" || s.Fencing().SerializePerKey {
+		if !strings.HasPrefix(s.Desc, "PostgreSQL ") || s.Notice != "" {
 			t.Fatalf("desc %q, notice %q", s.Desc, s.Notice)
 		}
 		if _, err := s.Put(ctx, "lamp", 3); err != nil {

@@ -53,7 +53,7 @@ func WriteCounters(w io.Writer, off, on *Result) {
 	}
 	sort.Strings(names)
 	fmt.Fprintln(w, "  counters (metrics/prom): the workers' guards (class sku), the service's")
-	fmt.Fprintln(w, "  middleware (class sku) and row checks (class items)")
+	fmt.Fprintln(w, "  token checks (class sku: refused before any store) and the store's claims (class items)")
 	fmt.Fprintf(w, "  %-*s %12s %12s\n", width, "", "fencing off", "fencing on")
 	for _, k := range names {
 		fmt.Fprintf(w, "  %-*s %12s %12s\n", width, k, ftoa(off.Counters[k]), ftoa(on.Counters[k]))

@@ -40,6 +40,11 @@ type Options struct {
 	// Lock is the lock service the workers use; its endpoints must be set.
 	Lock backend.LockConfig
 
+	// Services, when set, are the base URLs of running service instances
+	// over one store, which the workers address in turn; Run then starts
+	// no service of its own. Default: Run serves the store itself.
+	Services []string
+
 	// Command returns the command that runs a worker with args. Default:
 	// this executable with the "worker" subcommand.
 	Command func(args []string) *exec.Cmd
@@ -172,49 +177,65 @@ type Proc struct {
 // off, freezes the victim, and reports. The item sku is created with the
 // initial stock through the admin API. Every worker process has ended when
 // Run returns.
+//
+// With o.Services set, Run starts no service and store is unused: the
+// workers address those instances in turn (each request to the next), which
+// must be fenced or not as fenced says, and share one store; Run seeds and
+// reads the item through the first and sums the counters of all.
 func Run(ctx context.Context, store service.Store, fenced bool, sku string, o Options) (*Result, error) {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	// The service asks the workers' lock service which token the current
-	// grant carries, and refuses anything above it (made-up tokens).
-	seq, closeSeq, err := backend.OpenSequencer(ctx, o.Lock, o.Log)
-	if err != nil {
-		return nil, fmt.Errorf("demo: the lock service's sequencer: %w", err)
+	var (
+		bases    = o.Services
+		counters func(context.Context) (map[string]float64, error)
+	)
+	if len(bases) == 0 {
+		reg := prometheus.NewRegistry()
+		// The service asks the workers' lock service which token the current
+		// grant carries, and refuses anything above it (made-up tokens).
+		seq, closeSeq, err := backend.OpenSequencer(ctx, o.Lock, o.Log)
+		if err != nil {
+			return nil, fmt.Errorf("demo: the lock service's sequencer: %w", err)
+		}
+		defer closeSeq()
+		h, err := service.New(service.Options{Store: store, Unfenced: !fenced, Registry: reg, Logger: o.Log, Sequencer: seq})
+		if err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			srv.Serve(ln)
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+			<-served
+		}()
+		bases = []string{"http://" + ln.Addr().String()}
+		counters = func(context.Context) (map[string]float64, error) { return service.Counters(reg) }
 	}
-	defer closeSeq()
-	h, err := service.New(service.Options{Store: store, Unfenced: !fenced, Registry: reg, Logger: o.Log, Sequencer: seq})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(ln)
-	}()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		<-served
-	}()
-	base := "http://" + ln.Addr().String()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	client := &service.Client{Base: base, HTTP: &http.Client{Transport: tr}}
+	hc := &http.Client{Transport: tr}
+	if counters == nil {
+		counters = func(ctx context.Context) (map[string]float64, error) { return scrapeCounters(ctx, hc, bases) }
+	}
+	client := &service.Client{Base: bases[0], HTTP: hc}
 	if _, err := client.AdminPut(ctx, sku, o.Stock); err != nil {
 		return nil, fmt.Errorf("demo: seeding %s: %w", sku, err)
 	}
 
 	r := &runner{o: o, res: &Result{Fenced: fenced, SKU: sku, TTL: o.TTL, Initial: o.Stock, Counters: map[string]float64{}}}
-	runErr := r.run(ctx, base, sku)
+	runErr := r.run(ctx, strings.Join(bases, ","), sku)
 
 	// The final stock and the service's counters, whatever happened.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -224,11 +245,49 @@ func Run(ctx context.Context, store service.Store, fenced bool, sku string, o Op
 		return r.res, errors.Join(runErr, fmt.Errorf("demo: reading the final stock: %w", err))
 	}
 	r.res.Final = it.Stock
-	sc, err := service.Counters(reg)
+	sc, err := counters(fctx)
 	for k, v := range sc {
 		r.res.Counters[k] += v
 	}
 	return r.res, errors.Join(runErr, err)
+}
+
+// scrapeCounters sums the fenceguard_* counters the services' /metrics
+// show, keyed as [service.Counters] keys them (labels sorted by name, as
+// the exposition format writes them).
+func scrapeCounters(ctx context.Context, hc *http.Client, bases []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, base := range bases {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+		if err != nil {
+			return out, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return out, err
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "fenceguard_") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			name := line[:i]
+			if n, _, _ := strings.Cut(name, "{"); !strings.HasSuffix(n, "_total") {
+				continue
+			}
+			var v float64
+			if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+				out[name] += v
+			}
+		}
+		resp.Body.Close()
+		if err := sc.Err(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // runner is one run's orchestration. It is used by one goroutine, run's.

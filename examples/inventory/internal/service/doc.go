@@ -19,26 +19,53 @@
 // reach it.
 //
 // Errors are RFC 9457 problem details (application/problem+json): the fencing
-// middleware's for token refusals (428 missing, 400 malformed, 409 stale,
+// middleware's for token refusals (428 missing, 400 malformed, 403 forged,
 // 503 when the check could not be made — see package httpmw), and this
 // package's for the rest (404 no such item, 400 bad body, 500 store failure).
-// A store that refuses a token the middleware let through (a newer holder
-// claimed the item in between) answers the middleware's own 409, so a client
-// sees one kind of refusal.
+// A stale token is refused by the store, which claims (see Fencing), with
+// httpmw's 409 stale-token problem carrying the item's mark, so a client
+// sees the one kind of refusal httpmw.Transport turns into a
+// *token.StaleError.
 //
 // # Fencing
 //
 // With fencing on (the default), the /items routes run behind the httpmw
-// middleware, and the store enforces the token too:
+// middleware, which parses the token and runs the Check — the clock bound,
+// then, with Options.Sequencer, the lock service's current grant — and
+// refuses what fails (400, 403, 428) before any store sees it. It claims
+// nothing: its Fence accepts whatever the Check let through. The claim is
+// the store's, in the same atomic step as the access:
 //
-//   - [PostgresStore]: the middleware claims in the PostgreSQL Fence, and every
-//     read and write is one column-mode statement (storage/postgres.Table)
-//     that checks and advances the row's own mark — the strong setup, safe
-//     across any number of service processes.
-//   - [MemoryStore]: the middleware claims in a token.MemoryFence and
-//     serializes requests per item (httpmw SerializePerKey); the store itself
-//     does not check tokens. Strong within this one process, which is the
-//     only one that holds the items anyway.
+//   - [PostgresStore]: every fenced read and write is one column-mode
+//     statement (storage/postgres.Table) that checks and advances the row's
+//     own mark — the strong setup, safe across any number of service
+//     processes over one database.
+//   - [MemoryStore]: each item's mark is checked and advanced under the
+//     store's mutex, in the critical section of the access. Strong within
+//     this one process, which is the only one that holds the items anyway.
+//
+// Why not claim in the middleware too (a token.Fence, fence_tokens on
+// PostgreSQL)? The middleware claims before the handler has looked at the
+// request, so a claim there moves the mark on requests the handler then
+// refuses — a bad body (400), a name longer than an item's (404), an item
+// that does not exist (404, and a mark left for ever for every name a
+// client makes up) — and it costs a second commit per request while adding
+// no safety: the guarantee comes from the store's check, which must be in
+// the statement that accesses the row, since a request that passed any
+// earlier claim can still be overtaken before its access. One claim, in the
+// access, is the cheapest setup that keeps the strong guarantee: a request
+// is refused, or claims and accesses in one step; a 404 leaves no state.
+//
+// Refusals are expected traffic (a holder that lost its lock, a client
+// with a bad header), so they are not each logged at Info: the first of
+// each kind is, then at most one a minute with the count left out, the rest
+// at Debug; every one is counted in fenceguard_claims_total — the
+// middleware's Check refusals under class "sku", the store's claims under
+// class "items".
+//
+// Methods: a 405 names the route's methods in Allow; HEAD answers every GET
+// route like GET without a body (and claims like GET when it carries a
+// token); OPTIONS answers 204 with Allow, touching no item.
 //
 // With Options.Unfenced the same handlers run without the middleware and hand
 // the store no token: a plain SELECT, then a plain UPDATE — what a service

@@ -23,16 +23,19 @@ type DB interface {
 // PostgresStore keeps items in the PostgreSQL table items(sku text primary
 // key, stock integer, fence_token bigint). Fenced accesses are column-mode
 // statements of package storage/postgres: the claim and the read, or the
-// claim and the write, are one statement on the row.
+// claim and the write, are one statement on the row — one commit per
+// request, and the mark lives only in rows that exist. Nothing is written
+// to fence_tokens: the middleware in front claims nothing (see [New]), and
+// the store never deletes rows, which is what Table's tombstones there are
+// for.
 type PostgresStore struct {
 	db    DB
 	items *postgres.Table
-	fence *postgres.Fence
 }
 
 // NewPostgresStore creates what the store needs in db unless it exists — the
-// items table with its token column, and the fence_tokens table of the
-// middleware's Fence — and returns the store.
+// items table with its token column, and storage/postgres's own tables
+// (Migrate) — and returns the store.
 func NewPostgresStore(ctx context.Context, db DB) (*PostgresStore, error) {
 	items, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "sku"})
 	if err != nil {
@@ -41,19 +44,24 @@ func NewPostgresStore(ctx context.Context, db DB) (*PostgresStore, error) {
 	if err := postgres.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("inventory: migrate: %w", err)
 	}
-	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS items (sku text PRIMARY KEY, stock integer NOT NULL)`); err != nil {
+	// Instances of the service start together over one database: the
+	// advisory lock makes their CREATEs queue instead of racing (two
+	// concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's
+	// unique index). One query string with no arguments runs in one
+	// implicit transaction, so the lock ("fg-items") holds until the CREATE
+	// is done.
+	if _, err := db.Exec(ctx, `SELECT pg_advisory_xact_lock(7378916445417467251); CREATE TABLE IF NOT EXISTS items (sku text PRIMARY KEY, stock integer NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("inventory: create items: %w", err)
 	}
 	if err := items.AddTokenColumn(ctx, db); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	return &PostgresStore{db: db, items: items, fence: postgres.NewFence(db)}, nil
+	return &PostgresStore{db: db, items: items}, nil
 }
 
-// Fencing implements [Store]: the PostgreSQL Fence in front, the row's own
-// check behind.
+// Fencing implements [Store].
 func (s *PostgresStore) Fencing() Fencing {
-	return Fencing{Fence: s.fence, Setup: "httpmw (PostgreSQL Fence) + column-mode enforcer on the row"}
+	return Fencing{Setup: "column-mode enforcer on the row (one statement per access; httpmw checks the token first)"}
 }
 
 // Get implements [Store].
@@ -131,16 +139,8 @@ func storeErr(err error) error {
 }
 
 // ResetMark implements [Store]: the row's own mark (and its tombstone, if
-// the row was deleted) and the middleware's mark in fence_tokens, each reset
-// and logged by storage/postgres.
+// the row was deleted), reset and logged by storage/postgres.
 func (s *PostgresStore) ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
-	row, err := s.items.Reset(ctx, s.db, sku, to)
-	if err != nil {
-		return 0, storeErr(err)
-	}
-	mw, err := s.fence.Reset(ctx, resource(sku), to)
-	if err != nil {
-		return 0, err
-	}
-	return max(row, mw), nil
+	prev, err := s.items.Reset(ctx, s.db, sku, to)
+	return prev, storeErr(err)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -50,7 +51,8 @@ type Options struct {
 	// Default: a new registry.
 	Registry *prometheus.Registry
 
-	// Logger receives token refusals (Info) and store failures (Error).
+	// Logger receives token refusals (the first of each kind at Info, then
+	// at most one a minute; the rest at Debug) and store failures (Error).
 	// Default slog.Default().
 	Logger *slog.Logger
 
@@ -92,37 +94,111 @@ func New(o Options) (http.Handler, error) {
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "not found", "")
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", strings.Join(allowed(r, req), ", "))
 		writeProblem(w, http.StatusMethodNotAllowed, TypeNotAllowed, "method not allowed", "")
 	})
-	r.Get("/healthz", s.health)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
+	// HEAD answers like GET, without the body (net/http drops it).
+	get := func(r chi.Router, pattern string, h http.HandlerFunc) {
+		r.Get(pattern, h)
+		r.Head(pattern, h)
+	}
+	get(r, "/healthz", s.health)
+	get(r, "/metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 
 	items := r.With() // the lock holders' routes
 	if s.fenced {
-		f := o.Store.Fencing()
+		// The middleware parses the token and runs the Check (the clock
+		// bound, then the lock service's word): what it refuses never
+		// reaches a store. It claims nothing: the store claims, in the
+		// same statement (PostgreSQL) or critical section (memory) as the
+		// access, so the mark moves only on an access that happens — not
+		// on a bad body, an unknown item or a name the handler refuses —
+		// and a fenced request costs one commit, not two. See the package
+		// doc, "Fencing".
 		mw, err := httpmw.New(httpmw.Options{
-			Resource:        httpmw.ChiParam("sku"),
-			Fence:           m.Fence(f.Fence),
-			Check:           m.Check(check), // its refusals counted as "forged"
-			SerializePerKey: f.SerializePerKey,
-			ErrorWriter:     s.refused,
+			Resource:    itemResource,
+			Fence:       storeClaims{},
+			Check:       m.Check(check), // its refusals counted as "forged"
+			ErrorWriter: s.refused,
 		})
 		if err != nil {
 			return nil, err
 		}
 		items = r.With(mw.Handler)
 	}
-	items.Get("/items/{sku}", s.getItem)
+	get(items, "/items/{sku}", s.getItem)
 	items.Put("/items/{sku}/stock", s.putStock)
 	items.Post("/items/{sku}/sell", s.sell)
 
 	r.Route("/admin", func(r chi.Router) { // unfenced: operators, not lock holders
-		r.Get("/items/{sku}", s.adminGet)
+		get(r, "/items/{sku}", s.adminGet)
 		r.Put("/items/{sku}", s.adminPut)
 		r.Post("/items/{sku}/reset-mark", s.adminResetMark)
 	})
-	return r, nil
+	return options(r), nil
+}
+
+// storeClaims is the middleware's token.Fence when the store behind it
+// enforces tokens itself: Claim accepts every token the middleware's Check
+// let through and records nothing. The claim that counts is the store's,
+// made together with the access; a claim here as well would cost a second
+// commit and move a mark on requests the handler then refuses.
+type storeClaims struct{}
+
+func (storeClaims) Claim(context.Context, string, token.Token) error { return nil }
+
+// itemResource is the middleware's resource key, "sku:<sku>" (ChiParam's),
+// for names the handlers accept as an item; any other name answers 404 in
+// the middleware already, as it would in the handler.
+func itemResource(r *http.Request) (string, error) {
+	sku, err := httpmw.ChiValue(r, "sku")
+	if err != nil {
+		return "", err
+	}
+	if !validSKU(sku) {
+		return "", fmt.Errorf("%w: not an item name", httpmw.ErrBadKey)
+	}
+	return resource(sku), nil
+}
+
+// methods are the methods the router is asked about for Allow.
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed lists the methods r routes for req's path, OPTIONS included.
+func allowed(r *chi.Mux, req *http.Request) []string {
+	path := req.URL.RawPath
+	if path == "" {
+		path = req.URL.Path
+	}
+	var out []string
+	for _, m := range methods {
+		if r.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	if out != nil {
+		out = append(out, http.MethodOptions)
+	}
+	return out
+}
+
+// options answers OPTIONS for every route: 204 with Allow, or 404 for a
+// path no route serves. It touches no item, so it claims nothing.
+func options(r *chi.Mux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodOptions {
+			r.ServeHTTP(w, req)
+			return
+		}
+		allow := allowed(r, req)
+		if allow == nil {
+			writeProblem(w, http.StatusNotFound, TypeNoItem, "not found", "")
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // Class maps a lock or resource key ("sku:lamp", "items:lamp") to its
@@ -138,6 +214,8 @@ type server struct {
 	metrics *prom.Metrics
 	log     *slog.Logger
 	seq     token.Sequencer // nil: no sequencer check, and resets need a "to"
+
+	refusals refusalLog
 }
 
 func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -336,15 +414,69 @@ func (s *server) recordClaim(sku string, t token.Token, err error) {
 	s.metrics.Claim("items:"+sku, t, err)
 }
 
-// refused is the middleware's ErrorWriter: log, then the standard problem.
+// refused is the middleware's ErrorWriter: log (rate-limited, see
+// [refusalLog]), then the standard problem.
 func (s *server) refused(w http.ResponseWriter, r *http.Request, p *httpmw.Problem) {
-	level := slog.LevelInfo
-	if p.Status >= 500 {
-		level = slog.LevelWarn
+	if p.Type == httpmw.TypeNoResource { // a name that is no item: the handlers' own 404
+		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
+		return
 	}
-	s.log.Log(r.Context(), level, "fencing token refused", "method", r.Method, "status", p.Status,
+	s.refusals.log(r.Context(), s.log, p.Status >= 500, p.Type, "fencing token refused", "method", r.Method, "status", p.Status,
 		"type", p.Type, "resource", p.Resource, "presented", p.Presented, "current", p.Current, "err", p.Err)
 	httpmw.WriteProblem(w, p)
+}
+
+// refusalLog keeps refusals — expected traffic, and an attacker's cheapest
+// way to fill a disk — from flooding the log: the first refusal of each
+// kind is logged at Info (Warn for a 5xx), then at most one per
+// refusalEvery with the number left out since, and every other one at
+// Debug. The counts are in fenceguard_claims_total. Kinds are the
+// problem types, a fixed set.
+type refusalLog struct {
+	mu    sync.Mutex
+	kinds map[string]*refusalKind // guarded by mu
+	now   func() time.Time        // nil: time.Now
+}
+
+type refusalKind struct {
+	last       time.Time
+	suppressed int
+}
+
+// refusalEvery is how often a kind of refusal is logged above Debug.
+const refusalEvery = time.Minute
+
+func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kind, msg string, args ...any) {
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	t := now()
+	level := slog.LevelDebug
+	l.mu.Lock()
+	if l.kinds == nil {
+		l.kinds = map[string]*refusalKind{}
+	}
+	k := l.kinds[kind]
+	switch {
+	case k == nil:
+		l.kinds[kind] = &refusalKind{last: t}
+		level = slog.LevelInfo
+		args = append(args, "note", "the first of its kind: later ones are logged at most once a minute above Debug, and counted in fenceguard_claims_total")
+	case t.Sub(k.last) >= refusalEvery:
+		level = slog.LevelInfo
+		args = append(args, "suppressed", k.suppressed)
+		k.last, k.suppressed = t, 0
+	default:
+		k.suppressed++
+	}
+	l.mu.Unlock()
+	if severe && level == slog.LevelInfo {
+		level = slog.LevelWarn
+	}
+	if log.Enabled(ctx, level) {
+		log.Log(ctx, level, msg, args...)
+	}
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -355,10 +487,13 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrSoldOut):
 		writeProblem(w, http.StatusConflict, TypeSoldOut, "sold out", "")
 	case errors.As(err, &stale):
-		s.log.Info("store refused a stale token", "method", r.Method, "resource", stale.Resource,
-			"presented", stale.Presented, "current", stale.Current)
+		s.refusals.log(r.Context(), s.log, false, "store-stale", "store refused a stale token", "method", r.Method,
+			"resource", stale.Resource, "presented", stale.Presented, "current", stale.Current)
 		httpmw.WriteStale(w, err)
-	case errors.Is(err, token.ErrInvalid): // above what the store can hold
+	case errors.Is(err, token.ErrForged): // the store's own check
+		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeForged, Title: "Fencing token not granted",
+			Status: http.StatusForbidden, Detail: "the token is above any token the lock can have granted for this resource"})
+	case errors.Is(err, token.ErrInvalid), errors.Is(err, token.ErrRange): // above what the store can hold
 		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeInvalid, Title: "invalid fencing token",
 			Status: http.StatusBadRequest, Detail: "the store cannot hold this token"})
 	case r.Context().Err() != nil: // the client left or the server is shutting down

@@ -24,11 +24,15 @@ type Item struct {
 
 // Store keeps the items. Implementations are safe for concurrent use.
 //
-// Get and SetStock take the lock holder's token. A non-zero token is checked
-// by stores that enforce tokens themselves ([PostgresStore]): the access
-// first claims the item, in the same statement, and is refused with a
-// *token.StaleError when a higher token has claimed it. A zero token is a
-// plain access, as an unfenced service makes.
+// Get, SetStock and Sell take the lock holder's token, and every store
+// enforces it itself: a non-zero token claims the item in the same atomic
+// step as the access — one column-mode statement on the row
+// ([PostgresStore]), one critical section under the store's mutex
+// ([MemoryStore]) — and the access is refused with a *token.StaleError when
+// a higher token has claimed the item. So the mark moves only on an access
+// that happens: a missing item ([ErrNotFound]) is claimed by nobody and
+// leaves no state behind. A zero token is a plain access, as an unfenced
+// service makes.
 type Store interface {
 	Get(ctx context.Context, sku string, t token.Token) (Item, error)
 	SetStock(ctx context.Context, sku string, stock int, t token.Token) (Item, error)
@@ -42,28 +46,29 @@ type Store interface {
 	Put(ctx context.Context, sku string, stock int) (Item, error)
 	// HighWater returns the item's high-water mark, 0 when none was claimed.
 	HighWater(ctx context.Context, sku string) (token.Token, error)
-	// ResetMark sets every fencing mark of the item — the middleware's and,
-	// in a store that checks tokens itself, the row's — to to, and returns
-	// the highest mark it replaced. The stores log it (token.LogReset).
+	// ResetMark sets the item's fencing mark to to, and returns the mark
+	// it replaced. The stores log it (token.LogReset).
 	ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error)
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 
-	// Fencing says how the middleware must fence this store's items.
+	// Fencing says how the store enforces tokens.
 	Fencing() Fencing
 }
 
-// Fencing is what a store asks of the fencing middleware in front of it.
+// Fencing describes how a store enforces tokens, for logs and the demo's
+// banner. Every store claims in the access itself, so the middleware in
+// front only checks the token (see [New]).
 type Fencing struct {
-	// Fence is where the middleware claims resources ("sku:<sku>").
-	Fence token.Fence
-	// SerializePerKey: the store does not check tokens itself, so requests
-	// for one item must run one at a time from claim to effect.
-	SerializePerKey bool
-	// Setup names the arrangement, for logs and the demo's banner.
+	// Setup names the arrangement.
 	Setup string
 }
 
 // resource is the resource key of an item: the lock key the holders lock,
 // and the key httpmw.ChiParam("sku") derives from the route.
 func resource(sku string) string { return "sku:" + sku }
+
+// rowResource is the name a store's own check gives an item in a
+// *token.StaleError: storage/postgres.Table's "<table>/<key>", which the
+// memory store uses too.
+func rowResource(sku string) string { return "items/" + sku }

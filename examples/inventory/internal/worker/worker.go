@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,7 @@ const (
 // Config is a worker process's configuration: its flags.
 type Config struct {
 	ID      int           // shown in events and logs
-	Service string        // the service's base URL
+	Service string        // the service's base URL; several, comma-separated, are addressed in turn
 	SKU     string        // the item to sell
 	TTL     time.Duration // lease TTL
 	Work    time.Duration // time spent between the read and the write
@@ -43,7 +44,7 @@ func Parse(args []string) (Config, error) {
 	c := Config{TTL: DefaultTTL, Work: DefaultWork}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.IntVar(&c.ID, "id", 1, "worker number, for events and logs")
-	fs.StringVar(&c.Service, "service", "http://127.0.0.1:8080", "base URL of the inventory service")
+	fs.StringVar(&c.Service, "service", "http://127.0.0.1:8080", "base URL of the inventory service; several instances, comma-separated, are addressed in turn (one request to each)")
 	fs.StringVar(&c.SKU, "sku", "lamp", "item to sell")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "lease TTL")
 	fs.DurationVar(&c.Work, "work", c.Work, "time spent between reading the stock and writing it")
@@ -55,8 +56,8 @@ func Parse(args []string) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("worker: unexpected arguments %q", fs.Args())
 	}
-	if c.SKU == "" || c.TTL <= 0 || c.Work < 0 {
-		return Config{}, errors.New("worker: --sku must be set, --ttl positive and --work not negative")
+	if c.SKU == "" || c.TTL <= 0 || c.Work < 0 || c.Service == "" {
+		return Config{}, errors.New("worker: --sku and --service must be set, --ttl positive and --work not negative")
 	}
 	return c, c.Lock.Validate(true)
 }
@@ -104,9 +105,11 @@ func Main(ctx context.Context, args []string, in io.Reader, out io.Writer, log *
 		SKU:    c.SKU,
 		Work:   c.Work,
 		Guard:  g,
-		Client: &service.Client{Base: c.Service},
 		Events: NewEncoder(out),
 		Log:    log,
+	}
+	for _, base := range strings.Split(c.Service, ",") {
+		w.Clients = append(w.Clients, &service.Client{Base: base})
 	}
 	if c.Gate {
 		w.Acks = lines(in)
@@ -133,12 +136,17 @@ func lines(r io.Reader) <-chan struct{} {
 
 // Worker sells units of one item, one per lock hold.
 type Worker struct {
-	ID     int
-	SKU    string
-	Work   time.Duration
-	Guard  *guard.Guard
-	Client *service.Client
-	Events *Encoder
+	ID    int
+	SKU   string
+	Work  time.Duration
+	Guard *guard.Guard
+	// Clients are the service's instances, addressed in turn: each request
+	// goes to the next one, so one critical section's read and write may
+	// reach different instances — which a store that enforces tokens in
+	// its statements (the PostgreSQL one) must and does make no matter.
+	Clients []*service.Client
+	next    int
+	Events  *Encoder
 	// Acks, when set, gates the worker: after each grant and each read it
 	// waits for a value (or for the channel to close, which ends the
 	// worker).
@@ -185,7 +193,7 @@ func (w *Worker) sellOne(ctx context.Context) (soldOut bool, err error) {
 		if err := w.wait(ctx); err != nil {
 			return err
 		}
-		it, err := w.Client.Get(lctx, w.SKU) // the Transport sends t
+		it, err := w.client().Get(lctx, w.SKU) // the Transport sends t
 		if err != nil {
 			w.refused("read", t, err)
 			return err
@@ -207,7 +215,7 @@ func (w *Worker) sellOne(ctx context.Context) (soldOut bool, err error) {
 		// cancellation.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(lctx), writeTimeout)
 		defer cancel()
-		if _, err := w.Client.SetStock(wctx, w.SKU, it.Stock-1); err != nil {
+		if _, err := w.client().SetStock(wctx, w.SKU, it.Stock-1); err != nil {
 			w.refused("write", t, err)
 			return err
 		}
@@ -228,6 +236,13 @@ func (w *Worker) sellOne(ctx context.Context) (soldOut bool, err error) {
 		w.emit(Event{Kind: Failed, Err: err.Error()})
 	}
 	return soldOut, err
+}
+
+// client is the instance the next request goes to.
+func (w *Worker) client() *service.Client {
+	c := w.Clients[w.next%len(w.Clients)]
+	w.next++
+	return c
 }
 
 // wait blocks at a gate until the demo acknowledges the event just sent.

@@ -79,7 +79,7 @@ func newWorker(t *testing.T, s *shop, id int, out io.Writer, acks <-chan struct{
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &worker.Worker{ID: id, SKU: "lamp", Work: time.Millisecond, Guard: g, Client: s.client,
+	return &worker.Worker{ID: id, SKU: "lamp", Work: time.Millisecond, Guard: g, Clients: []*service.Client{s.client},
 		Events: worker.NewEncoder(out), Acks: acks, Log: slog.New(slog.DiscardHandler)}
 }
 
@@ -184,7 +184,7 @@ func TestGateAndStaleWrite(t *testing.T) {
 		t.Fatalf("after the ack: %+v, want a gated read of 5 under %s", e, held)
 	}
 	// A newer holder claims the item while this one waits at its gate.
-	if err := s.store.Fencing().Fence.Claim(ctx, "sku:lamp", held+1000); err != nil {
+	if _, err := s.store.Get(ctx, "lamp", held+1000); err != nil {
 		t.Fatal(err)
 	}
 	acks <- struct{}{}
