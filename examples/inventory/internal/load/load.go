@@ -448,7 +448,7 @@ func waitReady(ctx context.Context, hc *http.Client, base string, exited <-chan 
 }
 
 func counts(ctx context.Context, pool *pgxpool.Pool, marks, items, itemMarks *int64) error {
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_tokens`).Scan(marks); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fence_tokens WHERE resource <> ''`).Scan(marks); err != nil {
 		return fmt.Errorf("load: counting fence_tokens: %w", err)
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM items`).Scan(items); err != nil {
