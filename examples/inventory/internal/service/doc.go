@@ -57,10 +57,13 @@
 // is refused, or claims and accesses in one step; a 404 leaves no state.
 //
 // Refusals are expected traffic (a holder that lost its lock, a client
-// with a bad header), so they are not each logged at Info: the first of
-// each kind is, then at most one a minute with the count left out, the rest
-// at Debug; every one is counted in fenceguard_claims_total — the
-// middleware's Check refusals under class "sku", the store's claims under
+// with a bad header), so they are not each logged at Info: httpmw's
+// RefusalLog logs the first of each kind, then at most one a minute with
+// the count left out, the rest at Debug — the middleware's refusals and the
+// store's stale ones alike. Every request's outcome is counted in
+// fenceguard_http_requests_total{class,result} (header-parse refusals under
+// class "none": the key is not derived yet), the Check's refusals in
+// fenceguard_claims_total under class "sku" and the store's claims under
 // class "items".
 //
 // Methods: a 405 names the route's methods in Allow; HEAD answers every GET

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -302,4 +303,47 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Issue 18 #5: every refusal the middleware makes is counted, header-parse
+// refusals included (they never reach a Fence or a Check).
+func TestRefusalsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h, err := service.New(service.Options{Store: service.NewMemoryStore(), Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	call(t, srv, "PUT", "/admin/items/lamp", "", `{"stock": 5}`)
+	for range 50 {
+		call(t, srv, "PUT", "/items/lamp/stock", "abc", `{"stock":1}`) // malformed: 400
+		call(t, srv, "PUT", "/items/lamp/stock", "", `{"stock":1}`)    // missing: 428
+		call(t, srv, "GET", "/items/lamp", "18446744073709551615", "") // forged: 403
+	}
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`fenceguard_http_requests_total{class="none",result="invalid"} 50`,
+		`fenceguard_http_requests_total{class="none",result="missing"} 50`,
+		`fenceguard_http_requests_total{class="sku",result="forged"} 50`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(string(body), "fenceguard_http_requests_total"))
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -82,7 +81,8 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger, seq: o.Sequencer}
+	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger, seq: o.Sequencer,
+		refusals: httpmw.NewRefusalLog(o.Logger, 1, time.Minute)}
 	// The cheap local bound first, so made-up tokens far above the clock
 	// cost no query to the lock service; then the lock service's word.
 	var check token.Check = token.ClockBound{}
@@ -120,6 +120,8 @@ func New(o Options) (http.Handler, error) {
 			Resource:    itemResource,
 			Fence:       storeClaims{},
 			Check:       m.Check(check), // its refusals counted as "forged"
+			Observe:     m.HTTP,         // every request's outcome, header-parse refusals included
+			Log:         s.refusals,
 			ErrorWriter: s.refused,
 		})
 		if err != nil {
@@ -215,7 +217,7 @@ type server struct {
 	log     *slog.Logger
 	seq     token.Sequencer // nil: no sequencer check, and resets need a "to"
 
-	refusals refusalLog
+	refusals *httpmw.RefusalLog // the middleware's refusals and the store's, rate-limited
 }
 
 func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
@@ -414,69 +416,15 @@ func (s *server) recordClaim(sku string, t token.Token, err error) {
 	s.metrics.Claim("items:"+sku, t, err)
 }
 
-// refused is the middleware's ErrorWriter: log (rate-limited, see
-// [refusalLog]), then the standard problem.
+// refused is the middleware's ErrorWriter: the standard problem (the
+// middleware has logged it through Options.Log, rate-limited, and counted
+// it through Options.Observe).
 func (s *server) refused(w http.ResponseWriter, r *http.Request, p *httpmw.Problem) {
 	if p.Type == httpmw.TypeNoResource { // a name that is no item: the handlers' own 404
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
 		return
 	}
-	s.refusals.log(r.Context(), s.log, p.Status >= 500, p.Type, "fencing token refused", "method", r.Method, "status", p.Status,
-		"type", p.Type, "resource", p.Resource, "presented", p.Presented, "current", p.Current, "err", p.Err)
 	httpmw.WriteProblem(w, p)
-}
-
-// refusalLog keeps refusals — expected traffic, and an attacker's cheapest
-// way to fill a disk — from flooding the log: the first refusal of each
-// kind is logged at Info (Warn for a 5xx), then at most one per
-// refusalEvery with the number left out since, and every other one at
-// Debug. The counts are in fenceguard_claims_total. Kinds are the
-// problem types, a fixed set.
-type refusalLog struct {
-	mu    sync.Mutex
-	kinds map[string]*refusalKind // guarded by mu
-	now   func() time.Time        // nil: time.Now
-}
-
-type refusalKind struct {
-	last       time.Time
-	suppressed int
-}
-
-// refusalEvery is how often a kind of refusal is logged above Debug.
-const refusalEvery = time.Minute
-
-func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kind, msg string, args ...any) {
-	now := time.Now
-	if l.now != nil {
-		now = l.now
-	}
-	t := now()
-	level := slog.LevelDebug
-	l.mu.Lock()
-	if l.kinds == nil {
-		l.kinds = map[string]*refusalKind{}
-	}
-	k := l.kinds[kind]
-	switch {
-	case k == nil:
-		l.kinds[kind] = &refusalKind{last: t}
-		level = slog.LevelInfo
-		args = append(args, "note", "the first of its kind: later ones are logged at most once a minute above Debug, and counted in fenceguard_claims_total")
-	case t.Sub(k.last) >= refusalEvery:
-		level = slog.LevelInfo
-		args = append(args, "suppressed", k.suppressed)
-		k.last, k.suppressed = t, 0
-	default:
-		k.suppressed++
-	}
-	l.mu.Unlock()
-	if severe && level == slog.LevelInfo {
-		level = slog.LevelWarn
-	}
-	if log.Enabled(ctx, level) {
-		log.Log(ctx, level, msg, args...)
-	}
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -487,8 +435,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrSoldOut):
 		writeProblem(w, http.StatusConflict, TypeSoldOut, "sold out", "")
 	case errors.As(err, &stale):
-		s.refusals.log(r.Context(), s.log, false, "store-stale", "store refused a stale token", "method", r.Method,
-			"resource", stale.Resource, "presented", stale.Presented, "current", stale.Current)
+		s.refusals.Log(r, httpmw.Outcome{Result: httpmw.ResultStale, Status: http.StatusConflict,
+			Resource: stale.Resource, Token: stale.Presented, Problem: &httpmw.Problem{Err: err}})
 		httpmw.WriteStale(w, err)
 	case errors.Is(err, token.ErrForged): // the store's own check
 		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeForged, Title: "Fencing token not granted",
