@@ -421,8 +421,10 @@ func (s *server) refused(w http.ResponseWriter, r *http.Request, p *httpmw.Probl
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
 		return
 	}
-	s.refusals.log(r.Context(), s.log, p.Status >= 500, p.Type, "fencing token refused", "method", r.Method, "status", p.Status,
-		"type", p.Type, "resource", p.Resource, "presented", p.Presented, "current", p.Current, "err", p.Err)
+	s.refusals.log(r.Context(), s.log, p.Status >= 500, p.Type, "fencing token refused", func() []any {
+		return []any{"method", r.Method, "status", p.Status, "type", p.Type, "resource", p.Resource,
+			"presented", p.Presented, "current", p.Current, "err", p.Err}
+	})
 	httpmw.WriteProblem(w, p)
 }
 
@@ -446,13 +448,17 @@ type refusalKind struct {
 // refusalEvery is how often a kind of refusal is logged above Debug.
 const refusalEvery = time.Minute
 
-func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kind, msg string, args ...any) {
+// attrs returns the record's attributes; it is called only when the record
+// is written, so the refusals that are not (nearly all, under load) cost no
+// allocation for them.
+func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kind, msg string, attrs func() []any) {
 	now := time.Now
 	if l.now != nil {
 		now = l.now
 	}
 	t := now()
 	level := slog.LevelDebug
+	var note []any
 	l.mu.Lock()
 	if l.kinds == nil {
 		l.kinds = map[string]*refusalKind{}
@@ -462,10 +468,10 @@ func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kin
 	case k == nil:
 		l.kinds[kind] = &refusalKind{last: t}
 		level = slog.LevelInfo
-		args = append(args, "note", "the first of its kind: later ones are logged at most once a minute above Debug, and counted in fenceguard_claims_total")
+		note = []any{"note", "the first of its kind: later ones are logged at most once a minute above Debug, and counted in fenceguard_claims_total"}
 	case t.Sub(k.last) >= refusalEvery:
 		level = slog.LevelInfo
-		args = append(args, "suppressed", k.suppressed)
+		note = []any{"suppressed", k.suppressed}
 		k.last, k.suppressed = t, 0
 	default:
 		k.suppressed++
@@ -475,7 +481,7 @@ func (l *refusalLog) log(ctx context.Context, log *slog.Logger, severe bool, kin
 		level = slog.LevelWarn
 	}
 	if log.Enabled(ctx, level) {
-		log.Log(ctx, level, msg, args...)
+		log.Log(ctx, level, msg, append(attrs(), note...)...)
 	}
 }
 
@@ -487,8 +493,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrSoldOut):
 		writeProblem(w, http.StatusConflict, TypeSoldOut, "sold out", "")
 	case errors.As(err, &stale):
-		s.refusals.log(r.Context(), s.log, false, "store-stale", "store refused a stale token", "method", r.Method,
-			"resource", stale.Resource, "presented", stale.Presented, "current", stale.Current)
+		s.refusals.log(r.Context(), s.log, false, "store-stale", "store refused a stale token", func() []any {
+			return []any{"method", r.Method, "resource", stale.Resource, "presented", stale.Presented, "current", stale.Current}
+		})
 		httpmw.WriteStale(w, err)
 	case errors.Is(err, token.ErrForged): // the store's own check
 		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeForged, Title: "Fencing token not granted",
