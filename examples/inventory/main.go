@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -105,6 +106,7 @@ func serve(ctx context.Context, stopSignals func(), args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	grace := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests get to finish on shutdown")
 	fs.BoolVar(&unfenced, "unfenced", false, "switch fencing off (a plain SELECT, then UPDATE): for demonstrations only")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to this file until it shuts down (for load runs; off by default)")
 	storeFlags(fs, &sc)
 	var lc backend.LockConfig
 	lc.RegisterFlags(fs) // the holders' lock service, for the sequencer check
@@ -112,6 +114,17 @@ func serve(ctx context.Context, stopSignals func(), args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	// With the holders' lock service named, fenced routes refuse tokens
 	// above its current grant; without, only tokens far above the clock.

@@ -15,8 +15,8 @@
 // [Table.Read] (claim and read), [Table.Update], [Table.Upsert] and
 // [Table.Delete] each check and advance the row's mark in the same
 // statement as the access: one round trip when it is accepted; a refusal
-// (stale, no such row, a condition not true) takes one or two more
-// statements to say which.
+// (stale, no such row, a condition not true) takes one more statement to
+// say which (two when the row changed in between).
 //
 // A change that one UPDATE of the row can make is one fenced statement,
 // its token check, expressions over the row and conditions together — the

@@ -326,9 +326,13 @@ func (tb *Table) buildExpr(set []Assignment) (*exprShape, error) {
 	if len(x.conds) > 0 {
 		// The row's mark is claimed when the token is accepted and the
 		// conditions are not true (false or NULL), in one statement: the
-		// condition and the check see the same, newest, row version.
-		x.miss = `UPDATE ` + tb.tbl + ` SET ` + tb.tok + ` = $1::bigint WHERE ` + tb.key + ` = $2 AND ` + tb.tok +
-			` <= $1::bigint AND (` + miss.String() + `) IS NOT TRUE RETURNING true`
+		// condition and the check see the same, newest, row version. The
+		// same statement reads the row's mark as of its snapshot, so that
+		// a refusal is told apart in this one round trip whenever the two
+		// agree (see [Table.updateExpr]).
+		x.miss = `WITH fenceguard_m AS (UPDATE ` + tb.tbl + ` SET ` + tb.tok + ` = $1::bigint WHERE ` + tb.key + ` = $2 AND ` + tb.tok +
+			` <= $1::bigint AND (` + miss.String() + `) IS NOT TRUE RETURNING true)
+SELECT EXISTS (SELECT FROM fenceguard_m), (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $2)`
 	}
 	return x, nil
 }
@@ -372,12 +376,22 @@ func missArgs(set []Assignment, v int64, key any) []any {
 
 // updateExpr runs an Update with expressions or conditions. Accepted, it
 // is the one statement x.update. When that matches nothing, the failure
-// path tells the outcomes apart: x.miss claims the row if the token is
-// accepted and the conditions are not true (a [*ConditionError]); if it
-// matches nothing either, the row is read with a fresh snapshot, as in
-// [Table.claim]: no row, a higher mark (stale), or — the row changed in
-// between so that the conditions hold now, or it was re-created lower —
-// the Update runs again.
+// path tells the outcomes apart, in one more statement as a rule: x.miss
+// claims the row if the token is accepted and the conditions are not true
+// (a [*ConditionError]), and reads the row's mark as of its snapshot.
+//
+// When x.miss claims nothing, its read decides only where it cannot
+// disagree with its write. Under READ COMMITTED the write follows the row
+// to its newest version while the read sees the statement's snapshot;
+// but both scan that one snapshot for the row, so a row absent from it is
+// no row for either ([ErrNoRow]), and a snapshot mark above t is stale
+// (marks only rise, so the row's mark now is at least as high; the error
+// carries the snapshot's, which is above t as a StaleError's must be).
+// A snapshot mark at or below t, with nothing claimed, means the row
+// changed after the snapshot — a newer mark, the conditions true now, a
+// delete — and then, as in [Table.claim], the row is read with a fresh
+// snapshot: no row, a higher mark (stale), or — the conditions hold now,
+// or the row was re-created lower — the Update runs again.
 func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Assignment, key any, resource string, t token.Token, v int64) error {
 	args := exprArgs(set, v, key)
 	if x.miss == "" {
@@ -399,16 +413,25 @@ func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Assi
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return tb.wrap("update", x.update, x, err)
 		}
-		err = db.QueryRow(ctx, x.miss, missArgs(set, v, key)...).Scan(new(bool))
+		var (
+			claimed bool
+			mark    *int64 // as of x.miss's snapshot; nil: no such row
+		)
+		err = db.QueryRow(ctx, x.miss, missArgs(set, v, key)...).Scan(&claimed, &mark)
 		if retriable(db, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 			retries++
 			continue
 		}
-		if err == nil {
-			return &ConditionError{Resource: resource, Conditions: x.conds, Token: t}
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil {
 			return tb.wrap("update", x.miss, nil, err)
+		}
+		switch {
+		case claimed:
+			return &ConditionError{Resource: resource, Conditions: x.conds, Token: t}
+		case mark == nil:
+			return tb.noRow("update", key)
+		case token.Token(*mark) > t:
+			return &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*mark)}
 		}
 		var cur int64
 		err = db.QueryRow(ctx, tb.currentSQL, key).Scan(&cur)

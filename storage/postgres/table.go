@@ -259,7 +259,8 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 // and the conditions were not true — then nothing is assigned, but the
 // row is claimed for t, as a [Table.Read] claims: a condition is a read of
 // the row, and the holder acts on what it saw. Telling them apart takes
-// one or two more statements, only on refusal.
+// one more statement, only on refusal (two when the row changed between
+// the statements' snapshots).
 //
 // A column that does not exist — a typo in a Set or an Add, or in a
 // fragment — is a [*ColumnError] naming it.

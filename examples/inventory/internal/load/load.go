@@ -46,6 +46,9 @@ type Config struct {
 	Clients  int           // concurrent clients
 	Items    int           // real items
 	URL      string        // PostgreSQL; empty: a throwaway server
+	// CPUProfile, when set, is the prefix of the serve children's CPU
+	// profiles: <prefix>-on.prof (fenced) and <prefix>-off.prof.
+	CPUProfile string
 	// Command runs `inventory` with args (the serve child).
 	Command func(args []string) *exec.Cmd
 }
@@ -58,6 +61,7 @@ func Main(ctx context.Context, args []string, command func([]string) *exec.Cmd, 
 	fs.DurationVar(&c.Control, "control", -1, "how long to load the unfenced service, in 10 s turns with the fenced one, for the throughput ratio (default: -duration; 0 skips it)")
 	fs.IntVar(&c.Clients, "clients", 16, "concurrent clients")
 	fs.IntVar(&c.Items, "items", 64, "items in stock")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write CPU profiles of the serve children to <prefix>-on.prof and <prefix>-off.prof (off by default)")
 	fs.StringVar(&c.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL, else a throwaway local server)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -311,6 +315,9 @@ func (c Config) start(ctx context.Context, pool *pgxpool.Pool, dsn string, fence
 	args := []string{"serve", "--store=postgres", "--database-url=" + dsn, "--addr=" + addr}
 	if !fenced {
 		args = append(args, "--unfenced")
+	}
+	if c.CPUProfile != "" {
+		args = append(args, "--cpuprofile="+c.CPUProfile+map[bool]string{true: "-on.prof", false: "-off.prof"}[fenced])
 	}
 	t := &target{cmd: c.Command(args), exited: make(chan error, 1), base: "http://" + addr, logs: &countingWriter{}}
 	t.cmd.Stderr = t.logs
