@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -58,51 +59,7 @@ type Locker struct {
 	mu      sync.Mutex
 	idle    map[int64][]idleLease // guarded by mu; by TTL in seconds
 	closed  bool                  // guarded by mu
-	cleanup sync.WaitGroup        // background clean-ups; Add under mu while !closed
-}
-
-// Bounds of background clean-ups (see Lease.abandon and Close).
-const (
-	// cleanupTimeout bounds one clean-up, and Close's revocations.
-	cleanupTimeout = time.Second
-	// cleanupWait is how long a call whose context has ended still waits
-	// for its clean-up before returning.
-	cleanupWait = 50 * time.Millisecond
-)
-
-// background runs fn on a context of its own bounded by cleanupTimeout,
-// and waits for it while ctx lives and cleanupWait after; past that it
-// returns and fn finishes in the background (Close waits for it). So a
-// call returns by its context's deadline even when etcd does not answer.
-func (l *Locker) background(ctx context.Context, fn func(ctx context.Context)) {
-	run := func() {
-		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		fn(cctx)
-	}
-	done := make(chan struct{})
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		run() // Close may be waiting already: no goroutine it would miss
-		return
-	}
-	l.cleanup.Go(func() {
-		defer close(done)
-		run()
-	})
-	l.mu.Unlock()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(cleanupWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	cleanup cleanup.Group         // background clean-ups (Lease.abandon)
 }
 
 type idleLease struct {
@@ -149,7 +106,7 @@ func (l *Locker) Close() error {
 	idle := l.idle
 	l.idle = nil
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 	defer cancel()
 	var (
 		mu   sync.Mutex
@@ -168,7 +125,7 @@ func (l *Locker) Close() error {
 		}
 	}
 	wg.Wait()
-	l.cleanup.Wait()
+	l.cleanup.Close()
 	return errors.Join(errs...)
 }
 
@@ -666,7 +623,7 @@ func (s *Lease) abandon(ctx context.Context) {
 	if s.rev == 0 {
 		return
 	}
-	s.l.background(ctx, func(ctx context.Context) {
+	s.l.cleanup.Run(ctx, func(ctx context.Context) {
 		resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
 		if err == nil && resp.Succeeded {
 			s.l.putBack(s.id, s.ttl, s.Deadline())

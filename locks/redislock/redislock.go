@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -70,9 +71,7 @@ type Locker struct {
 	o      Options
 	notify *rnotify.Notifier
 
-	mu      sync.Mutex
-	closed  bool           // guarded by mu
-	cleanup sync.WaitGroup // background clean-ups; Add under mu while !closed
+	cleanup cleanup.Group // background clean-ups
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -109,10 +108,7 @@ func New(client Client, o Options) (*Locker, error) {
 // is idempotent.
 func (l *Locker) Close() error {
 	l.notify.Close()
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	l.cleanup.Wait() // each is bounded by cleanupTimeout
+	l.cleanup.Close() // each is bounded by cleanup.Timeout
 	return nil
 }
 
@@ -202,50 +198,15 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 }
 
 // Bounds of the clean-up after a failed acquire (see abandon).
-const (
-	// cleanupTimeout bounds the clean-up itself, in the background.
-	cleanupTimeout = time.Second
-	// cleanupWait is how long the acquire waits for it once its context
-	// has ended, before returning.
-	cleanupWait = 50 * time.Millisecond
-)
-
 // abandon removes what a failed acquire may have left behind — its place
-// in the queue, or a grant it never learned of — on a context of its own
-// (the caller's may be done), bounded by cleanupTimeout. The acquire waits
-// for it while ctx lives and cleanupWait after; past that it returns, and
-// the clean-up finishes in the background (Close waits for it): a call
-// returns by its context's deadline even when Redis does not answer.
+// in the queue, or a grant it never learned of — in the background,
+// bounded ([cleanup.Group.Run]): a call returns by its context's deadline
+// even when Redis does not answer, and Close waits for the clean-up.
 func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
-	run := func() {
-		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_ = abandonScript.Run(cctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
-	}
-	done := make(chan struct{})
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		run() // nothing waits for a goroutine any more
-		return
-	}
-	l.cleanup.Go(func() {
-		defer close(done)
-		run()
+	l.cleanup.Run(ctx, func(ctx context.Context) {
+		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
 	})
-	l.mu.Unlock()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(cleanupWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
 }
 
 // acquireErr is the error of a failed acquire: ctx's when it ended, and

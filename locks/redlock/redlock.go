@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -103,9 +104,7 @@ type Locker struct {
 	notify []*rnotify.Notifier
 	o      Options
 
-	mu      sync.Mutex
-	closed  bool           // guarded by mu
-	cleanup sync.WaitGroup // background give-backs; Add under mu while !closed
+	cleanup cleanup.Group // background give-backs
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -152,53 +151,15 @@ func (l *Locker) Close() error {
 	for _, n := range l.notify {
 		n.Close()
 	}
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	l.cleanup.Wait() // each is bounded by cleanupTimeout
+	l.cleanup.Close() // each is bounded by cleanup.Timeout
 	return nil
 }
 
-// Bounds of giving back what a failed attempt took (see giveBack).
-const (
-	cleanupTimeout = time.Second
-	cleanupWait    = 50 * time.Millisecond
-)
-
-// giveBack releases the nodes an attempt that did not grant took, on a
-// context of its own (ctx may be done), bounded by cleanupTimeout. The
-// attempt waits for it while ctx lives and cleanupWait after; past that it
-// returns and the give-back finishes in the background (Close waits for
-// it), so that a call returns by its context's deadline.
+// giveBack releases the nodes an attempt that did not grant took, in the
+// background, bounded ([cleanup.Group.Run]), so that a call returns by its
+// context's deadline; Close waits for it.
 func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) {
-	run := func() {
-		rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		l.releaseNodes(rctx, timeout, k, id, nodes)
-	}
-	done := make(chan struct{})
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		run()
-		return
-	}
-	l.cleanup.Go(func() {
-		defer close(done)
-		run()
-	})
-	l.mu.Unlock()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(cleanupWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	l.cleanup.Run(ctx, func(ctx context.Context) { l.releaseNodes(ctx, timeout, k, id, nodes) })
 }
 
 type lockKeys struct {
