@@ -115,6 +115,15 @@ func (e *ColumnError) Error() string {
 
 func (e *ColumnError) Unwrap() []error { return []error{ErrNoColumn, e.Err} }
 
+// checkedFragment checks e's arguments and renumbers its placeholders
+// from first ([fragment]).
+func checkedFragment(e Expression, first int) (string, error) {
+	if err := checkArgs(e); err != nil {
+		return "", err
+	}
+	return fragment(e.sql, len(e.args), first)
+}
+
 // fragment checks an SQL fragment of [Expr] or [Where] and returns it with
 // its placeholders $1…$nargs renumbered to start at $base. It reads the
 // fragment as PostgreSQL's lexer would only as far as it must — quoted
@@ -282,10 +291,7 @@ func (tb *Table) buildExpr(set []Assignment) (*exprShape, error) {
 			n++
 		case clauseExpr:
 			e := a.value.(Expression)
-			if err := checkArgs(e); err != nil {
-				return nil, err
-			}
-			f, err := fragment(e.sql, len(e.args), n)
+			f, err := checkedFragment(e, n)
 			if err != nil {
 				return nil, err
 			}
@@ -295,10 +301,7 @@ func (tb *Table) buildExpr(set []Assignment) (*exprShape, error) {
 			n += len(e.args)
 		case clauseWhere:
 			e := a.value.(Expression)
-			if err := checkArgs(e); err != nil {
-				return nil, err
-			}
-			f, err := fragment(e.sql, len(e.args), n)
+			f, err := checkedFragment(e, n)
 			if err != nil {
 				return nil, err
 			}
