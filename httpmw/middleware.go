@@ -33,7 +33,9 @@ type Options struct {
 
 	// Fence holds the high-water marks and is required: a
 	// [*token.MemoryFence] for a resource served by one process; a shared
-	// one (redislock.Fence, the storage/postgres fence) otherwise.
+	// one (redislock.Fence, the storage/postgres fence) otherwise; or
+	// [ClaimInStore] when the store behind the handler claims the token in
+	// the same step as the access.
 	Fence token.Fence
 
 	// Require reports whether r must carry a token. A request that need

@@ -118,7 +118,7 @@ func New(o Options) (http.Handler, error) {
 		// doc, "Fencing".
 		mw, err := httpmw.New(httpmw.Options{
 			Resource:    itemResource,
-			Fence:       storeClaims{},
+			Fence:       httpmw.ClaimInStore,
 			Check:       m.Check(check), // its refusals counted as "forged"
 			Observe:     m.HTTP,         // every request's outcome, header-parse refusals included
 			Log:         s.refusals,
@@ -140,15 +140,6 @@ func New(o Options) (http.Handler, error) {
 	})
 	return options(r), nil
 }
-
-// storeClaims is the middleware's token.Fence when the store behind it
-// enforces tokens itself: Claim accepts every token the middleware's Check
-// let through and records nothing. The claim that counts is the store's,
-// made together with the access; a claim here as well would cost a second
-// commit and move a mark on requests the handler then refuses.
-type storeClaims struct{}
-
-func (storeClaims) Claim(context.Context, string, token.Token) error { return nil }
 
 // itemResource is the middleware's resource key, "sku:<sku>" (ChiParam's),
 // for names the handlers accept as an item; any other name answers 404 in
