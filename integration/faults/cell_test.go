@@ -139,6 +139,7 @@ type lockService struct {
 	dedicated      []*servers.Server // the cell's own servers, for the kill nemesis
 	cluster        *servers.EtcdCluster
 	mem            *memlock.Locker
+	ensemble       *ensembleService // redis-sentinel, zk-ensemble (nemesis_ensemble_test.go)
 }
 
 func newLockService(t *testing.T, spec cellSpec) *lockService {
@@ -146,6 +147,9 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 	s := &lockService{}
 	kill := spec.nemesis == nemKill
 	lc := lockConfig{Kind: spec.locker}
+	if newEnsembleLockService(t, spec, s) {
+		return s
+	}
 	switch spec.locker {
 	case memLock:
 		s.mem = memlock.New()
