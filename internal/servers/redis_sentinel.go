@@ -267,14 +267,20 @@ func (r *RedisSentinel) waitSentinelsKnowAll(ctx context.Context) error {
 
 // WaitSynced waits until the replica is connected to the primary and has
 // applied everything the primary had written when WaitSynced was called,
-// and the sentinels know them both (after a failover the old primary,
-// restarted, is demoted to a replica first).
+// and the sentinels know them both. After a failover the old primary (left
+// running, or restarted) still calls itself a primary until a sentinel
+// looks at it, up to 10 s later (Sentinel's INFO period), and demotes it;
+// WaitSynced does that at once (REPLICAOF the primary, CONFIG REWRITE), as
+// the sentinel would.
 func (r *RedisSentinel) WaitSynced(ctx context.Context) error {
 	p, err := r.Primary(ctx)
 	if err != nil {
 		return err
 	}
 	rep := r.other(p)
+	if err := r.demote(ctx, rep, p); err != nil {
+		return err
+	}
 	target, err := redisInfoField(ctx, p.Addr(), "replication", "master_repl_offset")
 	if err != nil {
 		return fmt.Errorf("servers: %s: %w", p.Name(), err)
@@ -306,6 +312,38 @@ func (r *RedisSentinel) WaitSynced(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// demote makes s a replica of p if it calls itself a primary.
+func (r *RedisSentinel) demote(ctx context.Context, s, p *Server) error {
+	if !s.Running() {
+		return fmt.Errorf("servers: %s, the replica, is not running", s.Name())
+	}
+	var c *resp.Conn
+	var err error
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for c == nil { // it may be starting
+		if c, err = resp.Dial(ctx, s.Addr()); err != nil {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("servers: %s: %w", s.Name(), err)
+			case <-tick.C:
+			}
+		}
+	}
+	defer c.Close()
+	info, err := c.Info(ctx, "replication")
+	if err != nil || info["role"] != "master" {
+		return nil // a replica already, or loading: the wait below tells
+	}
+	if _, err := c.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(p.port)); err != nil {
+		return fmt.Errorf("servers: demoting %s: %w", s.Name(), err)
+	}
+	if _, err := c.Do(ctx, "CONFIG", "REWRITE"); err != nil {
+		return fmt.Errorf("servers: demoting %s: %w", s.Name(), err)
+	}
+	return nil
 }
 
 // Failover asks a sentinel for a failover (SENTINEL FAILOVER, which needs
