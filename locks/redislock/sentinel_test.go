@@ -48,21 +48,29 @@ func retry[T any](ctx context.Context, op func() (T, error)) (T, error) {
 	}
 }
 
-// The conformance suite through a Sentinel client: one Sentinel setup,
-// a key prefix per subtest. (Unreachable is covered by TestConformance on
+// The conformance suite through a Sentinel client, the Sequencer's
+// included: one Sentinel setup, a key prefix per subtest. (Unreachable is covered by TestConformance on
 // a plain client; a Sentinel client reaches the address the sentinels
 // give it, which no proxy of the test is in front of.)
 func TestSentinelConformance(t *testing.T) {
 	t.Parallel()
 	r := servers.NewRedisSentinel(t)
 	n := 0
+	prefixes := map[locks.Locker]string{}
 	lockstest.Run(t, lockstest.Config{
 		// The first call of a Sentinel client asks a sentinel, then dials:
 		// leave the short leases room for it on a loaded machine.
 		ShortTTL: time.Second,
 		NewLocker: func(t *testing.T) locks.Locker {
 			n++
-			return newLocker(t, failoverClient(t, r), redislock.Options{Prefix: fmt.Sprintf("sc%d:", n)})
+			prefix := fmt.Sprintf("sc%d:", n)
+			l := newLocker(t, failoverClient(t, r), redislock.Options{Prefix: prefix})
+			prefixes[l] = prefix
+			return l
+		},
+		// As a resource builds it: a Sentinel client of its own.
+		NewSequencer: func(t *testing.T, l locks.Locker) token.Sequencer {
+			return redislock.NewSequencer(failoverClient(t, r), prefixes[l])
 		},
 	})
 }

@@ -22,10 +22,19 @@ import (
 func TestEnsembleConformance(t *testing.T) {
 	e := servers.NewZooKeeperEnsemble(t, 3)
 	n := 0
+	prefixes := map[locks.Locker]string{}
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(t *testing.T) locks.Locker {
 			n++
-			return newLocker(t, e.Addrs(), fmt.Sprintf("/conf%d/locks", n))
+			prefix := fmt.Sprintf("/conf%d/locks", n)
+			l := newLocker(t, e.Addrs(), prefix)
+			prefixes[l] = prefix
+			return l
+		},
+		// As a resource builds it: a session of its own, on any member
+		// (the Sequencer syncs before it reads).
+		NewSequencer: func(t *testing.T, l locks.Locker) token.Sequencer {
+			return zklock.NewSequencer(inspect(t, e.Addrs()), prefixes[l])
 		},
 		ShortTTL: 2 * time.Second, // as in TestConformance
 		LongTTL:  30 * time.Second,
