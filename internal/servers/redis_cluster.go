@@ -46,6 +46,9 @@ type RedisCluster struct {
 	Nodes []*Server
 
 	ids map[*Server]string // node id, fixed for the node's life
+
+	mu    sync.Mutex
+	links map[*Server]*Proxy // with RedisClusterOptions.Links
 }
 
 // NewRedisCluster starts a Redis Cluster of masters masters, each with
@@ -62,15 +65,61 @@ type RedisCluster struct {
 // cluster-allow-replica-migration no (replicas stay with their master).
 func NewRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisCluster {
 	t.Helper()
+	return NewRedisClusterWith(t, RedisClusterOptions{Masters: masters, ReplicasPerMaster: replicasPerMaster})
+}
+
+// RedisClusterOptions configure [NewRedisClusterWith].
+type RedisClusterOptions struct {
+	Masters, ReplicasPerMaster int
+
+	// Links puts a [Proxy] in front of every node ([RedisCluster.Link])
+	// and has the node announce the proxy's address (cluster-announce-port)
+	// in place of its own; the cluster bus stays direct. Replicas then
+	// replicate through their master's proxy: Link(master).Blackhole()
+	// stalls its replication silently, Cut() breaks it. CLUSTER SLOTS,
+	// MOVED and ASK name the proxies too, so a cluster client would go
+	// through them as well: give it [RedisCluster.Dialer] to reach the
+	// nodes directly.
+	Links bool
+}
+
+// NewRedisClusterWith is [NewRedisCluster] with options.
+func NewRedisClusterWith(t testing.TB, o RedisClusterOptions) *RedisCluster {
+	t.Helper()
 	requireMain(t)
+	masters, replicasPerMaster := o.Masters, o.ReplicasPerMaster
 	if masters < 1 || replicasPerMaster < 0 {
 		t.Fatalf("servers: NewRedisCluster(%d, %d)", masters, replicasPerMaster)
 	}
 	if redisBinary() == "" {
 		unavailable(t, noBinaryMsg("NewRedisCluster", "redis-server", "redis-server"))
 	}
+	c := &RedisCluster{ids: map[*Server]string{}, links: map[*Server]*Proxy{}}
 	n := masters * (1 + replicasPerMaster)
 	k := redisClusterKind{redisKind: redisKind{bin: redisBinary()}}
+	if o.Links {
+		k.announce = func(s *Server) (int, error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			p, ok := c.links[s]
+			if !ok {
+				var err error
+				if p, err = newProxy(s.Addr()); err != nil {
+					return 0, err
+				}
+				c.links[s] = p
+			}
+			_, port, _ := net.SplitHostPort(p.Addr())
+			return strconv.Atoi(port)
+		}
+		t.Cleanup(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, p := range c.links {
+				p.Close()
+			}
+		})
+	}
 	srvs := make([]*Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -90,7 +139,7 @@ func NewRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisCluster
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	c := &RedisCluster{Nodes: srvs, ids: map[*Server]string{}}
+	c.Nodes = srvs
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := c.create(ctx, masters, replicasPerMaster); err != nil {
@@ -99,7 +148,42 @@ func NewRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisCluster
 	return c
 }
 
-type redisClusterKind struct{ redisKind }
+// Link returns the proxy node s announces, nil unless the cluster was
+// started with RedisClusterOptions.Links.
+func (c *RedisCluster) Link(s *Server) *Proxy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.links[s]
+}
+
+// NodeAddr maps an address the cluster announces (a Link's, with
+// RedisClusterOptions.Links) to the node's own; other addresses are
+// returned as they are.
+func (c *RedisCluster) NodeAddr(addr string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, p := range c.links {
+		if p.Addr() == addr {
+			return s.Addr()
+		}
+	}
+	return addr
+}
+
+// Dialer returns a dial function (go-redis's ClusterOptions.Dialer) that
+// connects to the node behind an announced address directly, bypassing its
+// Link.
+func (c *RedisCluster) Dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, network, c.NodeAddr(addr))
+	}
+}
+
+type redisClusterKind struct {
+	redisKind
+	announce func(*Server) (int, error) // the port to announce; nil: the node's own
+}
 
 func (k redisClusterKind) command(s *Server) (*exec.Cmd, error) {
 	cmd, err := k.redisKind.command(s)
@@ -115,6 +199,16 @@ func (k redisClusterKind) command(s *Server) (*exec.Cmd, error) {
 		"--cluster-replica-validity-factor", "0",
 		"--cluster-allow-replica-migration", "no",
 	)
+	if k.announce != nil {
+		port, err := k.announce(s)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args,
+			"--cluster-announce-ip", "127.0.0.1",
+			"--cluster-announce-port", strconv.Itoa(port),
+			"--cluster-announce-bus-port", strconv.Itoa(s.peerPort))
+	}
 	return cmd, nil
 }
 

@@ -174,7 +174,59 @@ func otherMaster(t *testing.T, ctx context.Context, c *RedisCluster, not *Server
 	return nil
 }
 
-func isRedirect(err error, kind string, to *Server) bool {
+func isRedirect(err error, kind string, to interface{ Addr() string }) bool {
 	var re *resp.Error
 	return errors.As(err, &re) && re.Prefix() == kind && strings.HasSuffix(re.Msg, " "+to.Addr())
+}
+
+// With Links, replication goes through the master's proxy: a blackholed
+// link keeps a write from the replica, and a forced failover loses it.
+func TestRedisClusterLinks(t *testing.T) {
+	t.Parallel()
+	c := NewRedisClusterWith(t, RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	ctx, cancel := ctxFor(2 * time.Minute)
+	defer cancel()
+	key := "k{b}"
+	m, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := c.Replicas(ctx, m)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("replicas: %v, %v", reps, err)
+	}
+	r := reps[0]
+	info, err := redisInfo(ctx, r.Addr(), "replication")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := "127.0.0.1:" + info["master_port"]; got != c.Link(m).Addr() {
+		t.Fatalf("%s replicates from %s, want %s's link %s", r.Name(), got, m.Name(), c.Link(m).Addr())
+	}
+	if got := c.NodeAddr(c.Link(m).Addr()); got != m.Addr() {
+		t.Fatalf("NodeAddr(link) = %s, want %s", got, m.Addr())
+	}
+	other := otherMaster(t, ctx, c, m)
+	if _, err := clusterDo(ctx, other.Addr(), "GET", key); !isRedirect(err, "MOVED", c.Link(m)) {
+		t.Fatalf("GET on %s: %v, want MOVED to the link %s", other.Name(), err, c.Link(m).Addr())
+	}
+	if _, err := clusterDo(ctx, m.Addr(), "SET", key, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Link(m).Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clusterDo(ctx, m.Addr(), "SET", key, "2"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := c.FailoverTo(ctx, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := clusterDo(ctx, r.Addr(), "GET", key); v != "1" || err != nil {
+		t.Fatalf("GET on the promoted replica: %v, %v; want the write before the blackhole", v, err)
+	}
 }
