@@ -237,6 +237,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 // lag); it decides nothing.
 func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
 	s, err := f.client.Get(ctx, f.key(resource)).Result()
+	reloadOnNetError(ctx, f.client, err)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -253,6 +254,7 @@ func (f *Fence) run(ctx context.Context, s *redis.Script, key string, args ...an
 	keys := []string{key}
 	if f.replicas == 0 {
 		v, err := s.Run(ctx, f.client, keys, args...).Result()
+		reloadOnNetError(ctx, f.client, err)
 		return v, 0, err
 	}
 	if c, ok := f.client.(clusterClient); ok {
@@ -344,10 +346,7 @@ func (f *Fence) runCluster(ctx context.Context, c clusterClient, s *redis.Script
 			case <-t.C:
 			}
 		default:
-			var rerr redis.Error
-			if !errors.As(err, &rerr) { // a network error: the node may be gone
-				c.ReloadState(ctx)
-			}
+			reloadOnNetError(ctx, c, err) // the node may be gone
 			return v, n, err
 		}
 	}

@@ -100,6 +100,9 @@ func New(client Client, o Options) (*Locker, error) {
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
 	}
+	if _, ok := client.(stateReloader); ok {
+		client = reloadingClient{client}
+	}
 	return &Locker{client: client, o: o, notify: notifier(client)}, nil
 }
 

@@ -71,6 +71,9 @@ func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
+	if _, ok := client.(stateReloader); ok {
+		client = reloadingScripter{client}
+	}
 	return &Sequencer{client: client, prefix: prefix}
 }
 
