@@ -43,6 +43,9 @@ import (
 // promote the replica with the most replicated data among those they can
 // reach.
 //
+// On a Redis Cluster, WAIT goes to the master that holds the mark's slot,
+// with the redirections followed; see "Redis Cluster" in the package doc.
+//
 // WAIT is not consensus. What can still go wrong with Replicas set:
 //
 //   - a failover to a replica that did not acknowledge (with n below the
