@@ -214,7 +214,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix := clusterPrefix()
 	cc := newClusterClient(t, c, nil)
-	f := redislock.NewFence(cc, redislock.FenceOptions{Prefix: prefix, Check: token.NoCheck(), Replicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	f := redislock.NewFence(cc, redislock.FenceOptions{Prefix: prefix, Check: token.NoCheck(), Replicas: 1, ReplicaTimeout: 500 * time.Millisecond})
 	const res = "r"
 	key := prefix + "{" + res + "}"
 	tok := token.Token(0)
