@@ -39,10 +39,9 @@ const ClusterSlots = 16384
 // client connects to them directly, so a [Proxy] in front of one node does
 // not partition the client from it.
 type RedisCluster struct {
-	// Nodes are all nodes in the order they were started: the first
-	// masters were the masters at the start, each followed by none of its
-	// replicas — the replicas come after all masters, replicasPerMaster per
-	// master in master order.
+	// Nodes are all nodes in start order: the masters first (node i
+	// served the i-th range of slots at the start), then the replicas,
+	// replicasPerMaster per master in master order.
 	Nodes []*Server
 
 	ids map[*Server]string // node id, fixed for the node's life
@@ -574,10 +573,14 @@ func (c *RedisCluster) Failover(ctx context.Context, master *Server) (*Server, e
 		return nil, fmt.Errorf("servers: failover of %s: it has no replica", master.Name())
 	}
 	r := reps[0]
+	slots, err := c.slotsOf(ctx, master)
+	if err != nil {
+		return nil, fmt.Errorf("servers: failover of %s: %w", master.Name(), err)
+	}
 	if _, err := clusterDo(ctx, r.Addr(), "CLUSTER", "FAILOVER"); err != nil {
 		return nil, fmt.Errorf("servers: CLUSTER FAILOVER on %s: %w", r.Name(), err)
 	}
-	if err := c.waitPromoted(ctx, master, func(s *Server) bool { return s == r }); err != nil {
+	if err := c.waitPromoted(ctx, slots, func(s *Server) bool { return s == r }); err != nil {
 		return nil, fmt.Errorf("servers: failover of %s to %s: %w", master.Name(), r.Name(), err)
 	}
 	return r, nil
@@ -601,10 +604,14 @@ func (c *RedisCluster) FailoverTo(ctx context.Context, replica *Server, force bo
 	if master == nil {
 		return fmt.Errorf("servers: %s is not a replica", replica.Name())
 	}
+	slots, err := c.slotsOf(ctx, master)
+	if err != nil {
+		return err
+	}
 	if _, err := clusterDo(ctx, replica.Addr(), args...); err != nil {
 		return fmt.Errorf("servers: %v on %s: %w", args, replica.Name(), err)
 	}
-	return c.waitPromoted(ctx, master, func(s *Server) bool { return s == replica })
+	return c.waitPromoted(ctx, slots, func(s *Server) bool { return s == replica })
 }
 
 // KillFailover kills master (SIGKILL), waits until the cluster promotes one
@@ -621,11 +628,15 @@ func (c *RedisCluster) KillFailover(ctx context.Context, master *Server) (*Serve
 	if len(reps) == 0 {
 		return nil, fmt.Errorf("servers: failover of %s: it has no replica", master.Name())
 	}
+	slots, err := c.slotsOf(ctx, master)
+	if err != nil {
+		return nil, fmt.Errorf("servers: failover of %s: %w", master.Name(), err)
+	}
 	if err := master.Kill(); err != nil {
 		return nil, err
 	}
 	var promoted *Server
-	err = c.waitPromoted(ctx, master, func(s *Server) bool {
+	err = c.waitPromoted(ctx, slots, func(s *Server) bool {
 		for _, r := range reps {
 			if r == s {
 				promoted = s
@@ -640,42 +651,27 @@ func (c *RedisCluster) KillFailover(ctx context.Context, master *Server) (*Serve
 	return promoted, nil
 }
 
-// waitPromoted waits until the slots old served are all served by one node
-// that ok accepts, and the cluster is healthy.
-func (c *RedisCluster) waitPromoted(ctx context.Context, old *Server, ok func(*Server) bool) error {
+// slotsOf returns the slots old serves, as the running nodes agree.
+func (c *RedisCluster) slotsOf(ctx context.Context, old *Server) ([]int, error) {
+	v, err := c.agreedView(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var slots []int
-	for _, s := range c.Nodes {
-		if s == old {
-			continue
+	for i, o := range v.owner {
+		if o == old {
+			slots = append(slots, i)
 		}
-		if !s.Running() {
-			continue
-		}
-		nodes, err := clusterNodes(ctx, s.Addr())
-		if err != nil {
-			continue
-		}
-		for _, n := range nodes {
-			if n.id != c.ids[old] {
-				continue
-			}
-			for _, r := range n.slots {
-				lo, hi, _ := strings.Cut(r, "-")
-				a, _ := strconv.Atoi(lo)
-				b := a
-				if hi != "" {
-					b, _ = strconv.Atoi(hi)
-				}
-				for i := a; i <= b; i++ {
-					slots = append(slots, i)
-				}
-			}
-		}
-		break
 	}
 	if len(slots) == 0 {
-		return fmt.Errorf("%s serves no slots", old.Name())
+		return nil, fmt.Errorf("%s serves no slots", old.Name())
 	}
+	return slots, nil
+}
+
+// waitPromoted waits until slots are all served by one node that ok
+// accepts, and the cluster is healthy.
+func (c *RedisCluster) waitPromoted(ctx context.Context, slots []int, ok func(*Server) bool) error {
 	return c.poll(ctx, func(ctx context.Context) error {
 		if err := c.healthy(ctx); err != nil {
 			return err
