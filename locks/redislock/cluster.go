@@ -3,8 +3,12 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/locks"
 )
 
 // stateReloader is a [redis.ClusterClient]'s ReloadState.
@@ -68,4 +72,33 @@ func (c reloadingScripter) EvalSha(ctx context.Context, sha1 string, keys []stri
 	cmd := c.Scripter.EvalSha(ctx, sha1, keys, args...)
 	reloadOnNetError(ctx, c.Scripter, cmd.Err())
 	return cmd
+}
+
+// checkSlot refuses, on a Cluster client, a key whose lock keys would not
+// share a slot: Redis takes the hash tag from the first '{' of a key name to
+// the first '}' after it, and hashes the whole name when that tag is empty.
+// The lock's keys are <prefix>{<key>}…; their tag is empty, and each of them
+// lands in a slot of its own (the scripts would fail with CROSSSLOT), when
+// the first '{' is followed at once by '}': a key that starts with '}' (and
+// a prefix without '{'), or a prefix that holds "{}". On other clients every
+// key works, so nothing is refused there.
+func checkSlot(c any, prefix, key string) error {
+	if _, ok := c.(stateReloader); !ok {
+		return nil
+	}
+	name := prefix + "{" + key + "}"
+	i := strings.IndexByte(name, '{')
+	if name[i+1] == '}' {
+		return fmt.Errorf("%w: key %q with prefix %q: the hash tag of its Redis keys would be empty, so they would not share a Cluster slot (keep '}' off the start of keys and \"{}\" out of prefixes)", locks.ErrInvalid, key, prefix)
+	}
+	return nil
+}
+
+// ReloadState passes the Cluster client's on, so the wrapper is known as a
+// Cluster client still (checkSlot).
+func (c reloadingClient) ReloadState(ctx context.Context) { c.Client.(stateReloader).ReloadState(ctx) }
+
+// ReloadState: see reloadingClient.ReloadState.
+func (c reloadingScripter) ReloadState(ctx context.Context) {
+	c.Scripter.(stateReloader).ReloadState(ctx)
 }

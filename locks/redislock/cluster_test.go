@@ -204,6 +204,79 @@ func TestClusterLockKeysShareASlot(t *testing.T) {
 	}
 }
 
+// Names with braces still keep each lock in one slot (a script across
+// slots would fail with CROSSSLOT); a prefix with a hash tag of its own
+// puts every lock in that tag's slot.
+func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
+	c := servers.NewRedisCluster(t, 3, 1)
+	ctx := ctxFor(t, time.Minute)
+	cc := newClusterClient(t, c, nil)
+	use := func(l *redislock.Locker, name string) {
+		t.Helper()
+		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire(%q): %v", name, err)
+		}
+		waited := make(chan error, 1)
+		go func() { // queued, so the queue's keys are touched too
+			l2, err := l.Acquire(ctx, name, 10*time.Second)
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			waited <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release(%q): %v", name, err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("queued Acquire(%q): %v", name, err)
+		}
+	}
+	prefix := clusterPrefix()
+	l := newLocker(t, cc, redislock.Options{Prefix: prefix})
+	for _, name := range []string{"a}b", "{x}", "x{y}z", "{", "{}"} {
+		slot := servers.KeySlot(prefix + "{" + name + "}")
+		for _, k := range lockKeyNames(prefix, name, true) {
+			if s := servers.KeySlot(k); s != slot {
+				t.Errorf("name %q: key %s in slot %d, the lock in %d", name, k, s, slot)
+			}
+		}
+		use(l, name)
+	}
+	// A name that starts with '}' (or a prefix with "{}") would give its
+	// keys an empty hash tag, each its own slot: refused on a Cluster.
+	for _, tc := range []struct{ prefix, name string }{{prefix, "}"}, {prefix, "}{"}, {prefix, "}x{y}"}, {"fg:{}:", "x"}} {
+		bad := newLocker(t, cc, redislock.Options{Prefix: tc.prefix})
+		if _, err := bad.Acquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("Acquire(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		}
+		if _, err := bad.TryAcquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("TryAcquire(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		}
+		if _, err := redislock.NewSequencer(cc, tc.prefix).Current(ctx, tc.name); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("Sequencer.Current(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		}
+		// The same on one node works: every key is in the one node.
+		single := servers.Redis(t)
+		ls := newLocker(t, newClient(t, single.Addr), redislock.Options{Prefix: single.Prefix + tc.prefix})
+		lease, err := ls.Acquire(ctx, tc.name, time.Second)
+		if err != nil {
+			t.Fatalf("single node: Acquire(%q): %v", tc.name, err)
+		}
+		_ = lease.Release(ctx)
+	}
+	tagged := newLocker(t, cc, redislock.Options{Prefix: "fg:{all}:"})
+	for _, name := range []string{"lock-1", "lock-2", "lock-3"} {
+		for _, k := range lockKeyNames("fg:{all}:", name, true) {
+			if s := servers.KeySlot(k); s != servers.KeySlot("all") {
+				t.Errorf("prefix fg:{all}: key %s in slot %d, not the tag's %d", k, s, servers.KeySlot("all"))
+			}
+		}
+		use(tagged, name)
+	}
+}
+
 // A Fence with Replicas sends WAIT to the master of the mark's slot — the
 // one that ran the script — through failovers and resharding: pausing
 // that master's replica makes the claim unacknowledged, pausing the other

@@ -177,8 +177,13 @@
 // <prefix>{<resource>} likewise. Keep '{' and '}' out of the prefixes
 // ([Options.Prefix], [FenceOptions.Prefix]): a prefix that holds a hash
 // tag of its own puts every lock (or mark) of the Locker in that one slot,
-// on one master. Names may contain braces; the keys of one name still
-// share a slot.
+// on one master. Names may contain braces, with one exception: Redis
+// hashes a key's whole name when its tag is empty, so a lock name that
+// starts with '}' (<prefix>{}…}), or a prefix that holds "{}", would spread
+// the lock's keys over several slots, where no script can reach them
+// together. On a Cluster client Acquire, TryAcquire, Heal, Issued and
+// Current refuse such names with [locks.ErrInvalid]; on a single node (or
+// Sentinel) they work as any other.
 //
 // Wake-ups are classic pub/sub (PUBLISH from the release script,
 // SUBSCRIBE on one connection per Locker), which the cluster bus carries
