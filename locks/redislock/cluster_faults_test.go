@@ -129,6 +129,7 @@ func waitGrants(t *testing.T, h *holders, n int, what string) {
 // hands the slot back: every grant's token is above the token of every
 // grant that ended before it, across both failovers.
 func TestClusterFailoverTokensGrow(t *testing.T) {
+	t.Parallel() // mostly waiting for cluster-node-timeout and elections
 	c := servers.NewRedisCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"
@@ -237,6 +238,7 @@ func TestClusterReshardWhileLocking(t *testing.T) {
 // refuses the stale holder's write after the new holder's; the same
 // resource unfenced accepts both.
 func TestClusterDoubleGrantAcrossFailover(t *testing.T) {
+	t.Parallel() // mostly waiting for cluster-node-timeout and elections
 	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"

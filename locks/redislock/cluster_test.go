@@ -283,6 +283,7 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 // replicas does not. After a failover or a move its slot map is stale:
 // the claim follows MOVED and ASK instead of failing.
 func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
+	t.Parallel() // mostly waiting for cluster-node-timeout and elections
 	c := servers.NewRedisCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix := clusterPrefix()
