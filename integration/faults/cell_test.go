@@ -141,6 +141,7 @@ type lockService struct {
 	cluster        *servers.EtcdCluster
 	rcluster       *servers.RedisCluster // redis-cluster
 	mem            *memlock.Locker
+	ensemble       *ensembleService // redis-sentinel, zk-ensemble (nemesis_ensemble_test.go)
 }
 
 func newLockService(t *testing.T, spec cellSpec) *lockService {
@@ -148,6 +149,9 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 	s := &lockService{}
 	kill := spec.nemesis == nemKill
 	lc := lockConfig{Kind: spec.locker}
+	if newEnsembleLockService(t, spec, s) {
+		return s
+	}
 	switch spec.locker {
 	case memLock:
 		s.mem = memlock.New()

@@ -105,6 +105,17 @@
 // are left out: they exercise the client and the proxies, nothing the
 // cluster does differently from the redis cells.
 //
+// Replicated lock services (nemesis_ensemble_test.go), 5 runs a cell
+// unless -faults.runs is given: redis-sentinel is redislock through a
+// go-redis Sentinel client (a primary, a replica, three sentinels) under
+// kill — replication is stalled before c1 locks, the primary is killed,
+// the sentinels promote the replica, which never saw c1's lock, so c2 is
+// granted it while c1 still believes it holds it; the old primary is
+// restarted, demoted and resynced — and pause; zk-ensemble is zklock on a
+// three-member ensemble under kill (the leader: every member drops its
+// clients while they elect), partition (c1 cut off from every member, so
+// its session expires) and pause.
+//
 // # Checks
 //
 // Every copy of every item is checked after every run (package

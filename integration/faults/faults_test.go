@@ -107,7 +107,7 @@ func runCell(t *testing.T, spec cellSpec, st *cellStats, out *artifacts) {
 	start := time.Now()
 	defer func() { st.Duration, st.Failed = time.Since(start), t.Failed() }()
 	c := newCell(t, spec, allEnforcers, out, *flagBreak)
-	runs := *flagRuns
+	runs := ensembleRuns(spec, *flagRuns)
 	if testing.Short() {
 		runs = min(runs, 2)
 	}

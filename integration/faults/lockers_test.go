@@ -89,6 +89,9 @@ func openLocker(ctx context.Context, lc lockConfig, log *slog.Logger) (locks.Loc
 		}
 		return l, l.Close, nil
 	}
+	if l, closer, err, ok := openEnsembleLocker(lc, zkLogger{log}); ok {
+		return l, closer, err
+	}
 	return nil, nil, fmt.Errorf("no locker %q in a client process", lc.Kind)
 }
 

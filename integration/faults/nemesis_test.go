@@ -202,5 +202,6 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 			n.inject = func(context.Context, *run) error { return killRestart(svc.dedicated[0], false) }
 		}
 	}
+	ensembleNemesis(spec, c, n)
 	return n
 }

@@ -42,7 +42,7 @@
 //
 // # Faults
 //
-// [NewRedis], [NewRedisN], [NewRedisReplica], [NewRedisCluster], [NewPostgres], [NewEtcd],
+// [NewRedis], [NewRedisN], [NewRedisReplica], [NewRedisCluster], [NewRedisSentinel], [NewPostgres], [NewEtcd],
 // [NewEtcdCluster], [NewZooKeeper] and [NewZooKeeperEnsemble] start servers
 // for the calling test alone, always from a local binary (a fault needs a
 // process the harness owns), and tear them down when the test ends. Their

@@ -81,6 +81,23 @@
 // for — the second grant carries a larger token, and the resource refuses
 // the first holder once the second has touched it.
 //
+// # Sentinel
+//
+// Give [New] a go-redis Sentinel client (redis.NewFailoverClient, or
+// NewUniversalClient with MasterName): every script runs on the primary
+// the sentinels name, and the client moves to the new one after a
+// failover. What holds across a failover: a lock key the replica had
+// received is on the new primary — its lease keeps renewing and nobody
+// else is granted it — and tokens keep growing (the counter, or the new
+// primary's clock). What does not: a grant the replica had not received
+// when the old primary died is gone, so the lock is granted again while
+// the first holder still believes it holds it, until its next renewal
+// reports [locks.ErrNotHeld]. The second grant's token is larger, so a
+// fence at the resource refuses the first holder once the second has
+// written (the tests make this happen: replication stalled, the primary
+// killed). A [Fence] on the same Sentinel setup keeps its acknowledged
+// claims across the failover only with [FenceOptions.Replicas].
+//
 // # Exactness and the ceiling
 //
 // Lua numbers are doubles, exact only below 2^53; the scripts never turn a

@@ -163,6 +163,33 @@
 // the deadline does. Waiting acquires ride out a broken connection; they
 // start over when their session expired.
 //
+// # Ensembles
+//
+// Give [New] every member of the ensemble: go-zookeeper connects to one
+// and, when that connection breaks, moves the session to another, keeping
+// its id and its ephemeral znodes as long as it reconnects within the
+// session timeout. A member lost to a crash or a partition therefore ends
+// the leases of the sessions on it at the break (Lost closed, Renew
+// [locks.ErrNotHeld]), whether the session then moves or expires; a
+// killed leader ends every session's leases, since the followers drop
+// their clients while they elect. The grants' znodes outlive a session
+// that moved until Release or the lease's deadline deletes them, so the
+// next waiter is granted only after that, or after the session expired;
+// waiters ride out the move, or queue anew when their session expired.
+// Tokens keep growing across elections: a new epoch's zxids are above the
+// old one's. The tests run the conformance suite on a three-member
+// ensemble, kill the leader under a held lock with waiters queued, and cut
+// a holder off its member.
+//
+// A session reads from its member, which may lag the leader: the queue's
+// listings may be stale, which only delays a grant (a predecessor still
+// listed), never makes one: a member that applied the waiter's own create
+// applied every earlier create, so a znode ahead of the waiter is missing
+// from its listing only once deleted. The [Fence] decides
+// every acceptance by a write the leader orders, so a lagging member's
+// read cannot let a stale holder in; the [Sequencer] syncs before it
+// reads.
+//
 // # Errors
 //
 // Besides the errors of package locks: [ErrClosed] after [Locker.Close];
