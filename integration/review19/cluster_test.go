@@ -130,3 +130,92 @@ func TestDefectClusterLockDuringMigration(t *testing.T) {
 		t.Errorf("mid-migration of slot %d (%s → %s): %s", slot, from.Name(), to.Name(), e)
 	}
 }
+
+// The doc ("Redis Cluster"): "Tokens keep growing across failovers: a
+// promoted replica has the counter as far as it had replicated, and the
+// clock floor takes the next token past whatever it had not", and of the
+// double grant "the second grant's token is larger, so a fenced resource
+// refuses the first holder's writes". The Sentinel attack on a Cluster: the
+// counter healed above the clock (as Heal's doc says to, after a
+// StaleError), the grant replicated nowhere (the master's replication link
+// blackholed), the master killed and its replica promoted. The second grant
+// repeats the lost grant's token and the redislock Fence (with Replicas, on
+// another master) admits both holders.
+func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
+	defect(t, "redislock on Cluster: after Heal (counter above the clock) a kill-failover that loses a grant re-issues the same token; the Fence with Replicas admits both holders")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	newClient := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
+			DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	ca := newClient()
+	la := newLocker(t, ca)
+	const name = "healed"
+	lockKey := redislock.DefaultPrefix + "{" + name + "}"
+	m, err := c.MasterForKey(ctx, lockKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The resource's mark on another master, acknowledged by its replica.
+	res := "res"
+	for i := 0; ; i++ {
+		res = fmt.Sprintf("res%d", i)
+		if fm, err := c.MasterForKey(ctx, "fenceguard:fence:{"+res+"}"); err == nil && fm != m {
+			break
+		}
+	}
+	fence := redislock.NewFence(ca, redislock.FenceOptions{Replicas: 1})
+	forged := token.Token(time.Now().Add(time.Minute).UnixMicro())
+	if err := fence.Claim(ctx, res, forged); err != nil {
+		t.Fatalf("a forged claim within the skew: %v", err)
+	}
+	h0, err := la.TryAcquire(ctx, name, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var se *token.StaleError
+	if err := fence.Claim(ctx, res, h0.Token()); !errors.As(err, &se) {
+		t.Fatalf("honest claim: %v, want StaleError", err)
+	}
+	if _, err := la.Heal(ctx, name, se.Current); err != nil {
+		t.Fatal(err)
+	}
+	if err := h0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil { // replicas synced
+		t.Fatal(err)
+	}
+	if err := c.Link(m).Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := la.TryAcquire(ctx, name, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, res, a.Token()); err != nil {
+		t.Fatalf("A's claim: %v", err)
+	}
+	if _, err := c.KillFailover(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	lb := newLocker(t, newClient())
+	b := acquireRetry(ctx, t, lb, name, 20*time.Second)
+	t.Logf("lost grant's token %d, the grant after the failover %d", a.Token(), b.Token())
+	if b.Token() <= a.Token() {
+		t.Errorf("the grant after the failover got token %d, not above the lost grant's %d", b.Token(), a.Token())
+	}
+	if err := fence.Claim(ctx, res, b.Token()); err != nil {
+		t.Errorf("B's claim: %v", err)
+	}
+	if err := fence.Claim(ctx, res, a.Token()); err == nil {
+		t.Errorf("the Fence (Replicas 1) admitted the stale holder A (token %d) after B (token %d) had claimed: two holders admitted", a.Token(), b.Token())
+	}
+	_ = b.Release(ctx)
+}
