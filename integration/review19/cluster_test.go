@@ -219,3 +219,108 @@ func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
 	}
 	_ = b.Release(ctx)
 }
+
+// Held: FenceOptions.Replicas on a Cluster. A claim made while the mark's
+// master cannot replicate (its link blackholed) is refused with a
+// ReplicaError, and the claim acknowledged before it survives the master's
+// kill-failover: a lower token is refused after. Control, in the same
+// failover: a Fence without Replicas acknowledges the claim the failover
+// then loses, and a lower token is admitted after the higher one was
+// acknowledged. Also checked: a claim with Replicas while the mark's slot is
+// mid-migration (ASK) is acknowledged and is the mark after the move.
+func TestHeldClusterFenceReplicasAcrossKillFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	safe := redislock.NewFence(cc, redislock.FenceOptions{Replicas: 1, Check: token.NoCheck(), ReplicaTimeout: 300 * time.Millisecond})
+	unsafe := redislock.NewFence(cc, redislock.FenceOptions{Check: token.NoCheck()})
+	key := func(r string) string { return "fenceguard:fence:{" + r + "}" }
+	// Two resources on one master.
+	m, err := c.MasterForKey(ctx, key("r-safe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		r := fmt.Sprintf("r-unsafe%d", i)
+		if mm, _ := c.MasterForKey(ctx, key(r)); mm == m {
+			other = r
+		}
+	}
+	if err := safe.Claim(ctx, "r-safe", 100); err != nil {
+		t.Fatalf("acknowledged claim: %v", err)
+	}
+	if err := unsafe.Claim(ctx, other, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Link(m).Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	err = safe.Claim(ctx, "r-safe", 200)
+	if !errors.Is(err, redislock.ErrNotReplicated) {
+		t.Errorf("claim with the replica cut off: %v, want ErrNotReplicated", err)
+	}
+	if err := unsafe.Claim(ctx, other, 200); err != nil {
+		t.Fatalf("control: claim without Replicas: %v", err)
+	}
+	if _, err := c.KillFailover(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(f *redislock.Fence, r string, tk token.Token) error {
+		var err error
+		for range 20 { // network errors while the client learns the new master
+			if err = f.Claim(ctx, r, tk); err == nil || errors.As(err, new(*token.StaleError)) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err
+	}
+	if err := claim(safe, "r-safe", 50); !errors.As(err, new(*token.StaleError)) {
+		t.Errorf("token 50 after the failover: %v, want StaleError (the acknowledged 100 survived)", err)
+	}
+	if err := claim(unsafe, other, 150); err == nil {
+		t.Logf("control: without Replicas, token 150 admitted after 200 was acknowledged (the failover lost it)")
+	} else {
+		t.Errorf("control: without Replicas, token 150 after the failover: %v; the control no longer loses the acknowledged 200", err)
+	}
+
+	// A claim while the mark's slot moves (ASK to the target).
+	slot := servers.KeySlot(key("r-move"))
+	if err := safe.Claim(ctx, "r-move", 10); err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	var mid error
+	if err := c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(context.Context) error {
+		mid = safe.Claim(ctx, "r-move", 20)
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if mid != nil {
+		t.Errorf("claim with Replicas mid-migration: %v", mid)
+	}
+	if err := safe.Claim(ctx, "r-move", 15); !errors.As(err, new(*token.StaleError)) {
+		t.Errorf("token 15 after the migration: %v, want StaleError", err)
+	}
+}
