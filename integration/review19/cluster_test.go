@@ -114,6 +114,9 @@ func TestDefectClusterLockDuringMigration(t *testing.T) {
 		if err := a.Release(ctx); err != nil {
 			errs = append(errs, "Release: "+err.Error())
 		}
+		if _, err := redislock.NewSequencer(cc, "").Current(ctx, name); err != nil {
+			errs = append(errs, "Sequencer.Current of the released lock: "+err.Error())
+		}
 		le, err := l.TryAcquire(ctx, name, time.Second)
 		if err != nil {
 			errs = append(errs, "TryAcquire of the released lock: "+err.Error())
@@ -322,5 +325,64 @@ func TestHeldClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 	}
 	if err := safe.Claim(ctx, "r-move", 15); !errors.As(err, new(*token.StaleError)) {
 		t.Errorf("token 15 after the migration: %v, want StaleError", err)
+	}
+}
+
+// Held ("Redis Cluster", wake-ups): the Locker's one subscription hears the
+// releases of locks on every master (classic pub/sub crosses the bus). With
+// TTL and WaiterTTL of 30 s a waiter that missed the release would sleep
+// ~10 s (its refresh); each hand-over here must wake it within a second.
+func TestHeldClusterWakeUpsFromEveryMaster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	c := servers.NewRedisCluster(t, 3, 0)
+	cc := clusterClient(t, c)
+	holder := newLocker(t, cc)
+	waiterL, err := redislock.New(clusterClient(t, c), redislock.Options{WaiterTTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterL.Close()
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range masters {
+		name := ""
+		for i := 0; name == ""; i++ {
+			n := fmt.Sprintf("wake%d", i)
+			if mm, _ := c.MasterForKey(ctx, redislock.DefaultPrefix+"{"+n+"}"); mm == m {
+				name = n
+			}
+		}
+		a, err := holder.TryAcquire(ctx, name, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			le, err := waiterL.Acquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Errorf("waiter on %s: %v", name, err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			_ = le.Release(context.Background())
+		}()
+		time.Sleep(300 * time.Millisecond) // queued
+		released := time.Now()
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if at.IsZero() {
+			continue
+		}
+		d := at.Sub(released)
+		t.Logf("lock on %s: waiter woke %v after the release", m.Name(), d.Round(time.Millisecond))
+		if d > time.Second {
+			t.Errorf("lock %q on %s: the waiter woke %v after the release (missed the wake-up)", name, m.Name(), d)
+		}
 	}
 }
