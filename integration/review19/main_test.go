@@ -1,11 +1,3 @@
-// Package review19 holds the nineteenth review's adversarial tests of
-// redislock on Redis Cluster and Sentinel and of zklock on a ZooKeeper
-// ensemble, written against the public API and the harness only.
-//
-// Tests named TestDefect* reproduce defects found by the review; they skip
-// unless -review19.defects is given (they fail on the code they were written
-// against). Tests named TestHeld* check claims that held, each with a
-// control that shows what the defence prevents.
 package review19
 
 import (

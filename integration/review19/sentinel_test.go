@@ -174,3 +174,66 @@ func runHealedFailover(t *testing.T, checkHealed bool) {
 	_ = b.Release(ctx)
 	_ = b2.Release(ctx)
 }
+
+// The Sequencer's promise (package doc, "Forged tokens: the Sequencer"): "a
+// forger can at most act as the current holder, never lock the holder or
+// the queue out". NewSequencer takes any client; a resource that reads from
+// the replica (a plain client on its address, as read scaling does) gets
+// answers from the replica's copy without any error — the script only
+// reads, and Redis runs it there (the Fence, which writes, fails READONLY
+// instead). With replication lagging, the replica sees the lock free and
+// answers its clock, far above the current holder's token: a forged token
+// between the two passes the check, raises the mark, and the honest holder
+// is refused. Control: the same check on the primary refuses the forgery.
+func TestDefectSentinelSequencerOnReplica(t *testing.T) {
+	defect(t, "redislock.Sequencer on a replica client answers the replica's lagging view (lock free → its clock): a forged token above the holder's passes SequencerCheck and locks the holder out")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	s := servers.NewRedisSentinel(t)
+	cp := sentinelClient(t, s)
+	l := newLocker(t, cp)
+	rep, err := s.Replica(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := redis.NewClient(&redis.Options{Addr: rep.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = cr.Close() })
+
+	if err := s.StallReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.TryAcquire(ctx, "sku", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	time.Sleep(1100 * time.Millisecond) // the clocks move past the forgery
+	forged := h.Token() + 1_000_000     // one second after the grant
+
+	onPrimary := &token.MemoryFence{Check: token.All(token.ClockBound{},
+		token.SequencerCheck(redislock.NewSequencer(cp, ""), token.SequencerOptions{}))}
+	onReplica := &token.MemoryFence{Check: token.All(token.ClockBound{},
+		token.SequencerCheck(redislock.NewSequencer(cr, ""), token.SequencerOptions{}))}
+
+	pc, _ := redislock.NewSequencer(cp, "").Current(ctx, "sku")
+	rc, rerr := redislock.NewSequencer(cr, "").Current(ctx, "sku")
+	t.Logf("holder's token %d; Sequencer.Current on the primary %d, on the replica %d (err %v); forged %d", h.Token(), pc, rc, rerr, forged)
+
+	// Control: on the primary the forgery is refused and the holder admitted.
+	var fe *token.ForgedError
+	if err := onPrimary.Claim(ctx, "sku", forged); !errors.As(err, &fe) {
+		t.Errorf("control: the primary's Sequencer let forged token %d through: %v", forged, err)
+	}
+	if err := onPrimary.Claim(ctx, "sku", h.Token()); err != nil {
+		t.Errorf("control: holder refused on the primary's check: %v", err)
+	}
+
+	err = onReplica.Claim(ctx, "sku", forged)
+	if err == nil {
+		if herr := onReplica.Claim(ctx, "sku", h.Token()); herr != nil {
+			t.Errorf("through the replica's Sequencer the forged token %d (holder's %d) was admitted and the honest holder is now refused: %v", forged, h.Token(), herr)
+		} else {
+			t.Errorf("through the replica's Sequencer the forged token %d was admitted", forged)
+		}
+	}
+}
