@@ -1,0 +1,388 @@
+package review19
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func clusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:       c.Addrs(),
+		MaxRetries:  -1,
+		DialTimeout: time.Second,
+		ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// The doc ("Redis Cluster", Hash tags): "Names may contain braces; the keys
+// of one name still share a slot." A name that starts with '}' makes the
+// tag of <prefix>{<name>} empty ("{}"), and Redis then hashes each whole
+// key: the lock, its counter, queue and deadlines land in different slots,
+// and every script of the lock fails with CROSSSLOT — on one node the same
+// name works. (Liveness and a doc promise, not safety: nothing is granted.)
+func TestDefectClusterNameStartingWithCloseBrace(t *testing.T) {
+	defect(t, "redislock on Cluster: a lock name starting with '}' puts the lock's keys in different slots (empty hash tag): every acquire fails with CROSSSLOT")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := servers.NewRedisCluster(t, 3, 0)
+	cc := clusterClient(t, c)
+	l := newLocker(t, cc)
+	for _, name := range []string{"a}b", "{x}", "}x", "}"} {
+		base := redislock.DefaultPrefix + "{" + name + "}"
+		slots := map[int]bool{}
+		for _, k := range []string{base, base + ":tok", base + ":q", base + ":qd"} {
+			slots[servers.KeySlot(k)] = true
+		}
+		le, err := l.TryAcquire(ctx, name, time.Second)
+		if err != nil {
+			t.Errorf("name %q (its keys span %d slots): TryAcquire: %v", name, len(slots), err)
+			continue
+		}
+		if err := le.Release(ctx); err != nil {
+			t.Errorf("name %q: Release: %v", name, err)
+		}
+	}
+	// The Sequencer and the Fence with Replicas touch one key: fine.
+	f := redislock.NewFence(cc, redislock.FenceOptions{Check: token.NoCheck()})
+	if err := f.Claim(ctx, "}x", 5); err != nil {
+		t.Errorf("Fence claim on resource %q: %v", "}x", err)
+	}
+}
+
+// The doc ("Failover and resharding"): "resharding a lock's slot while it
+// is held, queued for and released costs nothing but round trips." While a
+// slot migrates, Redis serves a multi-key command on the importing node only
+// when every key is there (else TRYAGAIN), and the lock's scripts name four
+// keys of which the queue and its deadlines exist only while someone waits.
+// Attack: hold a lock nobody waits for, and renew, try and release it while
+// its slot is half-way to another master.
+func TestDefectClusterLockDuringMigration(t *testing.T) {
+	defect(t, "redislock on Cluster: while a lock's slot migrates, its multi-key scripts (acquire, release) fail with TRYAGAIN because the queue keys do not exist: no lock in the slot can be taken, waited for or released")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	c := servers.NewRedisCluster(t, 2, 0)
+	cc := clusterClient(t, c)
+	l := newLocker(t, cc)
+	const name = "migrating-lock"
+	slot := servers.KeySlot(redislock.DefaultPrefix + "{" + name + "}")
+	from, err := c.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	a, err := l.TryAcquire(ctx, name, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	var renewErr, tryErr error
+	err = c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(ctx context.Context) error {
+		renewErr = a.Renew(ctx)
+		if renewErr != nil {
+			errs = append(errs, "Renew: "+renewErr.Error())
+		}
+		_, tryErr = l.TryAcquire(ctx, name, time.Second)
+		if tryErr != nil && !errors.Is(tryErr, locks.ErrNotObtained) {
+			errs = append(errs, "TryAcquire of the held lock: "+tryErr.Error())
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, werr := l.Acquire(wctx, name, time.Second)
+		wcancel()
+		if !errors.Is(werr, context.DeadlineExceeded) {
+			errs = append(errs, fmt.Sprintf("Acquire (a waiter, 300ms) of the held lock: %v, want the deadline", werr))
+		}
+		if err := a.Release(ctx); err != nil {
+			errs = append(errs, "Release: "+err.Error())
+		}
+		if _, err := redislock.NewSequencer(cc, "").Current(ctx, name); err != nil {
+			errs = append(errs, "Sequencer.Current of the released lock: "+err.Error())
+		}
+		le, err := l.TryAcquire(ctx, name, time.Second)
+		if err != nil {
+			errs = append(errs, "TryAcquire of the released lock: "+err.Error())
+		} else {
+			_ = le.Release(ctx)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mid-migration: Renew → %v; TryAcquire → %v", renewErr, tryErr)
+	for _, e := range errs {
+		t.Errorf("mid-migration of slot %d (%s → %s): %s", slot, from.Name(), to.Name(), e)
+	}
+}
+
+// The doc ("Redis Cluster"): "Tokens keep growing across failovers: a
+// promoted replica has the counter as far as it had replicated, and the
+// clock floor takes the next token past whatever it had not", and of the
+// double grant "the second grant's token is larger, so a fenced resource
+// refuses the first holder's writes". The Sentinel attack on a Cluster: the
+// counter healed above the clock (as Heal's doc says to, after a
+// StaleError), the grant replicated nowhere (the master's replication link
+// blackholed), the master killed and its replica promoted. The second grant
+// repeats the lost grant's token and the redislock Fence (with Replicas, on
+// another master) admits both holders.
+func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
+	defect(t, "redislock on Cluster: after Heal (counter above the clock) a kill-failover that loses a grant re-issues the same token; the Fence with Replicas admits both holders")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	newClient := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
+			DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	ca := newClient()
+	la := newLocker(t, ca)
+	const name = "healed"
+	lockKey := redislock.DefaultPrefix + "{" + name + "}"
+	m, err := c.MasterForKey(ctx, lockKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The resource's mark on another master, acknowledged by its replica.
+	res := "res"
+	for i := 0; ; i++ {
+		res = fmt.Sprintf("res%d", i)
+		if fm, err := c.MasterForKey(ctx, "fenceguard:fence:{"+res+"}"); err == nil && fm != m {
+			break
+		}
+	}
+	fence := redislock.NewFence(ca, redislock.FenceOptions{Replicas: 1})
+	forged := token.Token(time.Now().Add(time.Minute).UnixMicro())
+	if err := fence.Claim(ctx, res, forged); err != nil {
+		t.Fatalf("a forged claim within the skew: %v", err)
+	}
+	h0, err := la.TryAcquire(ctx, name, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var se *token.StaleError
+	if err := fence.Claim(ctx, res, h0.Token()); !errors.As(err, &se) {
+		t.Fatalf("honest claim: %v, want StaleError", err)
+	}
+	if _, err := la.Heal(ctx, name, se.Current); err != nil {
+		t.Fatal(err)
+	}
+	if err := h0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil { // replicas synced
+		t.Fatal(err)
+	}
+	if err := c.Link(m).Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := la.TryAcquire(ctx, name, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, res, a.Token()); err != nil {
+		t.Fatalf("A's claim: %v", err)
+	}
+	if _, err := c.KillFailover(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	lb := newLocker(t, newClient())
+	b := acquireRetry(ctx, t, lb, name, 20*time.Second)
+	t.Logf("lost grant's token %d, the grant after the failover %d", a.Token(), b.Token())
+	if b.Token() <= a.Token() {
+		t.Errorf("the grant after the failover got token %d, not above the lost grant's %d", b.Token(), a.Token())
+	}
+	if err := fence.Claim(ctx, res, b.Token()); err != nil {
+		t.Errorf("B's claim: %v", err)
+	}
+	if err := fence.Claim(ctx, res, a.Token()); err == nil {
+		t.Errorf("the Fence (Replicas 1) admitted the stale holder A (token %d) after B (token %d) had claimed: two holders admitted", a.Token(), b.Token())
+	}
+	_ = b.Release(ctx)
+}
+
+// Held: FenceOptions.Replicas on a Cluster. A claim made while the mark's
+// master cannot replicate (its link blackholed) is refused with a
+// ReplicaError, and the claim acknowledged before it survives the master's
+// kill-failover: a lower token is refused after. Control, in the same
+// failover: a Fence without Replicas acknowledges the claim the failover
+// then loses, and a lower token is admitted after the higher one was
+// acknowledged. Also checked: a claim with Replicas while the mark's slot is
+// mid-migration (ASK) is acknowledged and is the mark after the move.
+func TestHeldClusterFenceReplicasAcrossKillFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	safe := redislock.NewFence(cc, redislock.FenceOptions{Replicas: 1, Check: token.NoCheck(), ReplicaTimeout: 300 * time.Millisecond})
+	unsafe := redislock.NewFence(cc, redislock.FenceOptions{Check: token.NoCheck()})
+	key := func(r string) string { return "fenceguard:fence:{" + r + "}" }
+	// Two resources on one master.
+	m, err := c.MasterForKey(ctx, key("r-safe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		r := fmt.Sprintf("r-unsafe%d", i)
+		if mm, _ := c.MasterForKey(ctx, key(r)); mm == m {
+			other = r
+		}
+	}
+	if err := safe.Claim(ctx, "r-safe", 100); err != nil {
+		t.Fatalf("acknowledged claim: %v", err)
+	}
+	if err := unsafe.Claim(ctx, other, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Link(m).Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	err = safe.Claim(ctx, "r-safe", 200)
+	if !errors.Is(err, redislock.ErrNotReplicated) {
+		t.Errorf("claim with the replica cut off: %v, want ErrNotReplicated", err)
+	}
+	if err := unsafe.Claim(ctx, other, 200); err != nil {
+		t.Fatalf("control: claim without Replicas: %v", err)
+	}
+	if _, err := c.KillFailover(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(f *redislock.Fence, r string, tk token.Token) error {
+		var err error
+		for range 20 { // network errors while the client learns the new master
+			if err = f.Claim(ctx, r, tk); err == nil || errors.As(err, new(*token.StaleError)) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err
+	}
+	if err := claim(safe, "r-safe", 50); !errors.As(err, new(*token.StaleError)) {
+		t.Errorf("token 50 after the failover: %v, want StaleError (the acknowledged 100 survived)", err)
+	}
+	if err := claim(unsafe, other, 150); err == nil {
+		t.Logf("control: without Replicas, token 150 admitted after 200 was acknowledged (the failover lost it)")
+	} else {
+		t.Errorf("control: without Replicas, token 150 after the failover: %v; the control no longer loses the acknowledged 200", err)
+	}
+
+	// A claim while the mark's slot moves (ASK to the target).
+	slot := servers.KeySlot(key("r-move"))
+	if err := safe.Claim(ctx, "r-move", 10); err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	var mid error
+	if err := c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(context.Context) error {
+		mid = safe.Claim(ctx, "r-move", 20)
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if mid != nil {
+		t.Errorf("claim with Replicas mid-migration: %v", mid)
+	}
+	if err := safe.Claim(ctx, "r-move", 15); !errors.As(err, new(*token.StaleError)) {
+		t.Errorf("token 15 after the migration: %v, want StaleError", err)
+	}
+}
+
+// Held ("Redis Cluster", wake-ups): the Locker's one subscription hears the
+// releases of locks on every master (classic pub/sub crosses the bus). With
+// TTL and WaiterTTL of 30 s a waiter that missed the release would sleep
+// ~10 s (its refresh); each hand-over here must wake it within a second.
+func TestHeldClusterWakeUpsFromEveryMaster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	c := servers.NewRedisCluster(t, 3, 0)
+	cc := clusterClient(t, c)
+	holder := newLocker(t, cc)
+	waiterL, err := redislock.New(clusterClient(t, c), redislock.Options{WaiterTTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterL.Close()
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range masters {
+		name := ""
+		for i := 0; name == ""; i++ {
+			n := fmt.Sprintf("wake%d", i)
+			if mm, _ := c.MasterForKey(ctx, redislock.DefaultPrefix+"{"+n+"}"); mm == m {
+				name = n
+			}
+		}
+		a, err := holder.TryAcquire(ctx, name, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			le, err := waiterL.Acquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Errorf("waiter on %s: %v", name, err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			_ = le.Release(context.Background())
+		}()
+		time.Sleep(300 * time.Millisecond) // queued
+		released := time.Now()
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if at.IsZero() {
+			continue
+		}
+		d := at.Sub(released)
+		t.Logf("lock on %s: waiter woke %v after the release", m.Name(), d.Round(time.Millisecond))
+		if d > time.Second {
+			t.Errorf("lock %q on %s: the waiter woke %v after the release (missed the wake-up)", name, m.Name(), d)
+		}
+	}
+}

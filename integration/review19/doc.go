@@ -1,0 +1,41 @@
+// Package review19 holds the nineteenth review's adversarial tests of
+// redislock on Redis Cluster and Sentinel and of zklock on a ZooKeeper
+// ensemble, written against the public API and the harness only, by a
+// reviewer who had not read the authors' tests. It is all tests.
+//
+// Tests named TestDefect* reproduce defects the review found; they skip
+// unless -review19.defects is given (go test ./review19 -args
+// -review19.defects) and fail on the code they were written against:
+//
+//   - TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover and
+//     TestDefectClusterHealedCounterRepeatsTokenAcrossFailover: after
+//     Locker.Heal (which puts the counter above the server clock, by
+//     design), a failover that loses a grant mints the lost grant's token
+//     again for the next holder; every fence accepts an equal token, so
+//     both holders are admitted (the Fence with Replicas too).
+//   - TestDefectZKLeaseOutlivesPartitionedMember: a zklock holder whose
+//     member is cut off from the quorum keeps renewing from the member's
+//     stale copy (Renew is an Exists the member answers) for seconds after
+//     the leader expired its session and granted the lock to another; its
+//     guard lease stays live and its Deadline lies past the other grant.
+//   - TestDefectSentinelSequencerOnReplica: a Sequencer on a replica
+//     client answers the replica's lagging view (lock free: its clock), so
+//     a forged token above the holder's passes SequencerCheck and locks the
+//     holder out.
+//   - TestDefectClusterLockDuringMigration: while a lock's slot migrates,
+//     acquire and release fail with TRYAGAIN (their scripts name the queue
+//     keys, which do not exist), against "resharding costs nothing but
+//     round trips".
+//   - TestDefectClusterNameStartingWithCloseBrace: a lock name starting
+//     with '}' gives <prefix>{<name>} an empty hash tag, the lock's keys
+//     span slots and every acquire fails with CROSSSLOT, against "Names may
+//     contain braces".
+//
+// Tests named TestHeld* check claims that held, each with a control that
+// shows what the defence prevents (see each test's comment).
+//
+// The ZooKeeper partition (a member cut off from its peers, its clients
+// not) is made with tc on the loopback device (an htb class shaped to
+// 8 bit/s for the member's quorum and election ports); those tests skip
+// when tc or root is missing, and remove the qdisc when they end.
+package review19

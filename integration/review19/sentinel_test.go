@@ -1,0 +1,239 @@
+package review19
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+func sentinelClient(t *testing.T, s *servers.RedisSentinel) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    s.MasterName(),
+		SentinelAddrs: s.SentinelAddrs(),
+		MaxRetries:    -1,
+		DialTimeout:   time.Second,
+		ReadTimeout:   2 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newLocker(t *testing.T, c redislock.Client) *redislock.Locker {
+	t.Helper()
+	l, err := redislock.New(c, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// acquireRetry acquires key, retrying through the errors of a failover.
+func acquireRetry(ctx context.Context, t *testing.T, l locks.Locker, key string, ttl time.Duration) locks.Lease {
+	t.Helper()
+	var last error
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		le, err := l.Acquire(actx, key, ttl)
+		cancel()
+		if err == nil {
+			return le
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("acquire %q: %v", key, last)
+	return nil
+}
+
+// The attack: a Sentinel failover that loses a grant (the doc's "a grant the
+// replica had not received ... is granted again"), after the counter was
+// healed above the server clock the way the package says to heal it (a
+// resource's StaleError.Current — here a mark a forger raised within
+// ClockBound's skew, which the token docs admit). The doc says the second
+// grant's token is larger, "so a fence at the resource refuses the first
+// holder". The token is max(counter + 1, TIME): with the counter above the
+// clock, the new primary's lagging counter mints exactly the token of the
+// lost grant, and every fence accepts an equal token as the same holder.
+//
+// The same failover checks the claim that holds: a key whose counter was
+// never healed gets a larger token after the failover (clock floor), and the
+// fence refuses its stale holder.
+func TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
+	defect(t, "redislock: after Heal (counter above the clock) a Sentinel failover that loses a grant re-issues the same token to a second holder; every fence admits both")
+	runHealedFailover(t, true)
+}
+
+// Held: across a Sentinel failover that loses the last grant, the next grant
+// of a key whose counter follows the clock gets a larger token, and a fence
+// refuses the first holder once the second wrote. The control is the healed
+// key of the same run: its counter is above the clock, the clock floor does
+// not apply, and the token repeats (logged here, failed on in the defect
+// test).
+func TestHeldSentinelFailoverTokenGrows(t *testing.T) {
+	runHealedFailover(t, false)
+}
+
+func runHealedFailover(t *testing.T, checkHealed bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := servers.NewRedisSentinel(t)
+	ca := sentinelClient(t, s)
+	la := newLocker(t, ca)
+	const ttl = 20 * time.Second // long: the lost grant stays "live" for its holder
+
+	// A resource fenced in memory with the default clock bound; a forger
+	// raises its mark one minute ahead of the clock (within DefaultSkew).
+	fence := &token.MemoryFence{}
+	forged := token.Token(time.Now().Add(time.Minute).UnixMicro())
+	if err := fence.Claim(ctx, "res", forged); err != nil {
+		t.Fatalf("forged claim within the skew: %v", err)
+	}
+	// An honest holder is refused and heals, as the package says.
+	h0 := acquireRetry(ctx, t, la, "healed", ttl)
+	err := fence.Claim(ctx, "res", h0.Token())
+	var se *token.StaleError
+	if !errors.As(err, &se) {
+		t.Fatalf("honest claim after the forged mark: %v, want a StaleError", err)
+	}
+	if _, err := la.Heal(ctx, "healed", se.Current); err != nil {
+		t.Fatal(err)
+	}
+	if err := h0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replication stalls; A is granted both locks on the primary only.
+	if err := s.StallReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := acquireRetry(ctx, t, la, "healed", ttl)
+	a2 := acquireRetry(ctx, t, la, "plain", ttl)
+	if err := fence.Claim(ctx, "res", a.Token()); err != nil {
+		t.Fatalf("A's first claim: %v", err)
+	}
+	mf2 := &token.MemoryFence{}
+	if err := mf2.Claim(ctx, "res2", a2.Token()); err != nil {
+		t.Fatalf("A's claim on res2: %v", err)
+	}
+	if _, _, err := s.KillPrimary(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// B, another process, on the new primary.
+	cb := sentinelClient(t, s)
+	lb := newLocker(t, cb)
+	b := acquireRetry(ctx, t, lb, "healed", ttl)
+	b2 := acquireRetry(ctx, t, lb, "plain", ttl)
+	t.Logf("healed key: A token %d (before the failover), B token %d (after)", a.Token(), b.Token())
+	t.Logf("plain key:  A token %d, B token %d", a2.Token(), b2.Token())
+
+	// The held claim: without a heal, B's token is larger and A is refused.
+	if b2.Token() <= a2.Token() {
+		t.Errorf("plain key: B's token %d is not above A's %d", b2.Token(), a2.Token())
+	}
+	if err := mf2.Claim(ctx, "res2", b2.Token()); err != nil {
+		t.Errorf("plain key: B's claim: %v", err)
+	}
+	if err := mf2.Claim(ctx, "res2", a2.Token()); !errors.As(err, &se) {
+		t.Errorf("plain key: A's claim after B's: %v, want StaleError", err)
+	}
+
+	// The broken one.
+	if !checkHealed {
+		if b.Token() <= a.Token() {
+			t.Logf("control (healed counter): token after the failover %d, lost grant's %d: repeated", b.Token(), a.Token())
+		} else {
+			t.Errorf("control: the healed key's token grew (%d > %d); the control no longer shows the repeat", b.Token(), a.Token())
+		}
+		_ = b.Release(ctx)
+		_ = b2.Release(ctx)
+		return
+	}
+	if b.Token() <= a.Token() {
+		t.Errorf("healed key: the grant after the failover got token %d, the lost grant had %d: not larger", b.Token(), a.Token())
+	}
+	if err := fence.Claim(ctx, "res", b.Token()); err != nil {
+		t.Errorf("healed key: B's claim: %v", err)
+	}
+	if err := fence.Claim(ctx, "res", a.Token()); err == nil {
+		t.Errorf("healed key: the fence admitted the stale holder A (token %d) after B (token %d) had written: two holders admitted at once", a.Token(), b.Token())
+	}
+	_ = b.Release(ctx)
+	_ = b2.Release(ctx)
+}
+
+// The Sequencer's promise (package doc, "Forged tokens: the Sequencer"): "a
+// forger can at most act as the current holder, never lock the holder or
+// the queue out". NewSequencer takes any client; a resource that reads from
+// the replica (a plain client on its address, as read scaling does) gets
+// answers from the replica's copy without any error — the script only
+// reads, and Redis runs it there (the Fence, which writes, fails READONLY
+// instead). With replication lagging, the replica sees the lock free and
+// answers its clock, far above the current holder's token: a forged token
+// between the two passes the check, raises the mark, and the honest holder
+// is refused. Control: the same check on the primary refuses the forgery.
+func TestDefectSentinelSequencerOnReplica(t *testing.T) {
+	defect(t, "redislock.Sequencer on a replica client answers the replica's lagging view (lock free → its clock): a forged token above the holder's passes SequencerCheck and locks the holder out")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	s := servers.NewRedisSentinel(t)
+	cp := sentinelClient(t, s)
+	l := newLocker(t, cp)
+	rep, err := s.Replica(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := redis.NewClient(&redis.Options{Addr: rep.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = cr.Close() })
+
+	if err := s.StallReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.TryAcquire(ctx, "sku", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	time.Sleep(1100 * time.Millisecond) // the clocks move past the forgery
+	forged := h.Token() + 1_000_000     // one second after the grant
+
+	onPrimary := &token.MemoryFence{Check: token.All(token.ClockBound{},
+		token.SequencerCheck(redislock.NewSequencer(cp, ""), token.SequencerOptions{}))}
+	onReplica := &token.MemoryFence{Check: token.All(token.ClockBound{},
+		token.SequencerCheck(redislock.NewSequencer(cr, ""), token.SequencerOptions{}))}
+
+	pc, _ := redislock.NewSequencer(cp, "").Current(ctx, "sku")
+	rc, rerr := redislock.NewSequencer(cr, "").Current(ctx, "sku")
+	t.Logf("holder's token %d; Sequencer.Current on the primary %d, on the replica %d (err %v); forged %d", h.Token(), pc, rc, rerr, forged)
+
+	// Control: on the primary the forgery is refused and the holder admitted.
+	var fe *token.ForgedError
+	if err := onPrimary.Claim(ctx, "sku", forged); !errors.As(err, &fe) {
+		t.Errorf("control: the primary's Sequencer let forged token %d through: %v", forged, err)
+	}
+	if err := onPrimary.Claim(ctx, "sku", h.Token()); err != nil {
+		t.Errorf("control: holder refused on the primary's check: %v", err)
+	}
+
+	err = onReplica.Claim(ctx, "sku", forged)
+	if err == nil {
+		if herr := onReplica.Claim(ctx, "sku", h.Token()); herr != nil {
+			t.Errorf("through the replica's Sequencer the forged token %d (holder's %d) was admitted and the honest holder is now refused: %v", forged, h.Token(), herr)
+		} else {
+			t.Errorf("through the replica's Sequencer the forged token %d was admitted", forged)
+		}
+	}
+}
