@@ -1,0 +1,200 @@
+package lockbench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Keys is the key space of the many-keys benchmarks: keys are 0 … Keys-1.
+const Keys = 10_000
+
+// Workers is how many goroutines run cycles at once in the many-keys
+// benchmarks.
+const Workers = 64
+
+// KeyAcquirer takes the lock of key and returns the work to do while
+// holding it (nil: none) and its release. Ceilings (a raw server write, no
+// lock) return the write's outcome as err and nil for both.
+type KeyAcquirer func(ctx context.Context, key int) (work func(context.Context) error, release func(), err error)
+
+// KeyPeer is one contender in [CompareManyKeys].
+type KeyPeer struct {
+	Name string
+	// Acquirers: one per worker ([Workers] of them), or fewer, shared
+	// round robin (worker w uses Acquirers[w%len]).
+	Acquirers []KeyAcquirer
+	// Ceiling marks the server's own single-write loop: every other peer
+	// is also reported as a fraction of it.
+	Ceiling bool
+}
+
+// Dist draws keys.
+type Dist struct {
+	Name string
+	// New returns a key source for one worker, seeded by seed.
+	New func(seed uint64) func() int
+}
+
+// Uniform draws every key alike.
+var Uniform = Dist{"uniform", func(seed uint64) func() int {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	return func() int { return r.IntN(Keys) }
+}}
+
+// ZipfS is the skew of [Zipf]: with 10,000 keys the hottest key takes
+// about 15% of the cycles, the ten hottest about 45%.
+const ZipfS = 1.1
+
+// Zipf draws key k with probability proportional to 1/(k+1)^ZipfS.
+var Zipf = Dist{"zipf", func(seed uint64) func() int {
+	z := rand.NewZipf(rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), ZipfS, 1, Keys-1)
+	return func() int { return int(z.Uint64()) }
+}}
+
+// sliceFlag is how long each peer runs in one round of [CompareManyKeys]
+// (a test binary's flag: go test … -args -manykeys.slice=1s).
+var sliceFlag = flag.Duration("manykeys.slice", 500*time.Millisecond, "how long each peer runs in one round of the many-keys benchmarks")
+
+type keyStats struct {
+	cycles int64
+	errors int64
+	took   time.Duration
+	acq    []time.Duration
+	cycle  []time.Duration
+}
+
+// CompareManyKeys runs b.N rounds; in each, every peer in turn (starting
+// with a different one each round) runs [Workers] goroutines for one slice
+// (-manykeys.slice, 500ms), each repeating a cycle — draw a key from dist, acquire its lock,
+// do the work, release — and waits for the cycles in flight. Every peer
+// sees the same key sequences in a round (worker w's source is seeded by
+// round and w). It reports per peer cycles/s, the acquire's p50 and p99 (in
+// µs; for a ceiling, the write's) and errors per cycle; the first peer's
+// cycles/s as a ratio of every other's (first/other); and, when a peer is
+// the Ceiling, every other as a fraction of it (other/ceiling).
+//
+// One slice of every peer first warms up connections, statement caches and
+// the servers' paths, uncounted.
+func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist) {
+	res := make([]keyStats, len(peers))
+	slice := *sliceFlag
+	for i := range peers {
+		runKeys(b, peers[i], dist, 1<<62+uint64(i), slice/2)
+	}
+	b.ResetTimer()
+	for r := range b.N {
+		for k := range peers {
+			i := (r + k) % len(peers)
+			st := runKeys(b, peers[i], dist, uint64(r), slice)
+			a := &res[i]
+			a.cycles += st.cycles
+			a.errors += st.errors
+			a.took += st.took
+			a.acq = append(a.acq, st.acq...)
+			a.cycle = append(a.cycle, st.cycle...)
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(peers))
+	ceiling := -1
+	for i, p := range peers {
+		st := res[i]
+		rate[i] = float64(st.cycles) / st.took.Seconds()
+		b.ReportMetric(rate[i], p.Name+"-cycles/s")
+		b.ReportMetric(us(percentile(st.acq, 0.5)), p.Name+"-acq-p50-µs")
+		b.ReportMetric(us(percentile(st.acq, 0.99)), p.Name+"-acq-p99-µs")
+		b.ReportMetric(us(percentile(st.cycle, 0.99)), p.Name+"-cycle-p99-µs")
+		b.ReportMetric(float64(st.errors)/float64(max(st.cycles, 1)), p.Name+"-errors/cycle")
+		if p.Ceiling {
+			ceiling = i
+		}
+	}
+	for i, p := range peers[1:] {
+		if !p.Ceiling {
+			b.ReportMetric(rate[0]/rate[i+1], peers[0].Name+"/"+p.Name)
+		}
+	}
+	if ceiling >= 0 {
+		for i, p := range peers {
+			if i != ceiling {
+				b.ReportMetric(rate[i]/rate[ceiling], p.Name+"/"+peers[ceiling].Name)
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// runKeys runs p's workers for d and returns what they did.
+func runKeys(b *testing.B, p KeyPeer, dist Dist, round uint64, d time.Duration) keyStats {
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	var (
+		cycles, failed atomic.Int64
+		wg             sync.WaitGroup
+		acq            = make([][]time.Duration, Workers)
+		cyc            = make([][]time.Duration, Workers)
+		firstErr       sync.Once
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range Workers {
+		acquire := p.Acquirers[w%len(p.Acquirers)]
+		next := dist.New(round<<8 | uint64(w))
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				key := next()
+				t0 := time.Now()
+				work, release, err := acquire(ctx, key)
+				t1 := time.Now()
+				if err == nil && work != nil {
+					err = work(ctx)
+				}
+				if release != nil {
+					release()
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					failed.Add(1)
+					firstErr.Do(func() { b.Logf("%s: key %d: %v", p.Name, key, err) })
+					continue
+				}
+				acq[w] = append(acq[w], t1.Sub(t0))
+				cyc[w] = append(cyc[w], time.Since(t0))
+				cycles.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	st := keyStats{cycles: cycles.Load(), errors: failed.Load(), took: time.Since(start)}
+	for w := range Workers {
+		st.acq = append(st.acq, acq[w]...)
+		st.cycle = append(st.cycle, cyc[w]...)
+	}
+	if ctx.Err() != nil {
+		b.Errorf("lockbench: %s: cycles still running a minute after the slice ended", p.Name)
+	}
+	if st.cycles == 0 {
+		b.Errorf("lockbench: %s: no cycle done in %v (%d errors)", p.Name, st.took, st.errors)
+	}
+	return st
+}
+
+// KeyName is the lock key of key k, "k00042" (built once, so that no
+// peer's cycle pays for formatting it).
+func KeyName(k int) string { return keyNames[k] }
+
+var keyNames = func() []string {
+	s := make([]string, Keys)
+	for k := range s {
+		s[k] = fmt.Sprintf("k%05d", k)
+	}
+	return s
+}()
