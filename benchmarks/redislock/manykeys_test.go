@@ -91,7 +91,7 @@ func manyPeers(b *testing.B, addr, prefix string, fg, peer work) []lockbench.Key
 // UPDATE alone with no lock (the database's ceiling). -benchtime Nx sets
 // the rounds (each peer runs 500ms per round).
 func BenchmarkManyKeysPG(b *testing.B) {
-	pool := pgbench.Pool(b)
+	pool, pgPID := pgbench.Pool(b)
 	db := servers.Redis(b)
 	fgRows := pgbench.NewRows(b, pool, "items_fg")
 	peerRows := pgbench.NewRows(b, pool, "items_peer")
@@ -105,7 +105,7 @@ func BenchmarkManyKeysPG(b *testing.B) {
 		}}}
 	peers = append(peers, unfenced, ceiling)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
-		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d) })
+		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db), pgPID) })
 	}
 }
 
@@ -130,6 +130,14 @@ func BenchmarkManyKeysLock(b *testing.B) {
 			return nil, nil, ceilingScript.EvalSha(ctx, c, []string{db.Prefix + "raw:" + lockbench.KeyName(key)}, "x", 10000).Err()
 		}}})
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
-		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d) })
+		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
 	}
+}
+
+// pid is the server's process id, 0 when the harness did not start it.
+func pid(db *servers.RedisDB) int {
+	if db.Server == nil {
+		return 0
+	}
+	return db.Server.PID()
 }

@@ -5,6 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,12 +66,18 @@ var Zipf = Dist{"zipf", func(seed uint64) func() int {
 // (a test binary's flag: go test … -args -manykeys.slice=1s).
 var sliceFlag = flag.Duration("manykeys.slice", 500*time.Millisecond, "how long each peer runs in one round of the many-keys benchmarks")
 
+// peersFlag selects peers by name (a regexp), to profile one alone.
+var peersFlag = flag.String("manykeys.peers", "", "run only the many-keys peers whose name matches this regexp")
+
 type keyStats struct {
 	cycles int64
 	errors int64
 	took   time.Duration
-	acq    []time.Duration
-	cycle  []time.Duration
+	// CPU time used while the peer ran: this process's (the clients) and
+	// the server processes'.
+	clientCPU, serverCPU time.Duration
+	acq                  []time.Duration
+	cycle                []time.Duration
 }
 
 // CompareManyKeys runs b.N rounds; in each, every peer in turn (starting
@@ -81,7 +92,21 @@ type keyStats struct {
 //
 // One slice of every peer first warms up connections, statement caches and
 // the servers' paths, uncounted.
-func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist) {
+//
+// servers are the process ids of the servers involved (0s are skipped):
+// their CPU time and this process's (the clients') are reported per cycle,
+// with clock-tick resolution (10ms) summed over all rounds.
+func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist, servers ...int) {
+	if *peersFlag != "" {
+		re, err := regexp.Compile(*peersFlag)
+		if err != nil {
+			b.Fatal(err)
+		}
+		peers = slices.DeleteFunc(slices.Clone(peers), func(p KeyPeer) bool { return !re.MatchString(p.Name) })
+		if len(peers) == 0 {
+			b.Skipf("no peer matches -manykeys.peers=%s", *peersFlag)
+		}
+	}
 	res := make([]keyStats, len(peers))
 	slice := *sliceFlag
 	for i := range peers {
@@ -91,8 +116,11 @@ func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist) {
 	for r := range b.N {
 		for k := range peers {
 			i := (r + k) % len(peers)
+			c0, s0 := selfCPU(), procCPU(servers)
 			st := runKeys(b, peers[i], dist, uint64(r), slice)
 			a := &res[i]
+			a.clientCPU += selfCPU() - c0
+			a.serverCPU += procCPU(servers) - s0
 			a.cycles += st.cycles
 			a.errors += st.errors
 			a.took += st.took
@@ -111,6 +139,10 @@ func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist) {
 		b.ReportMetric(us(percentile(st.acq, 0.99)), p.Name+"-acq-p99-µs")
 		b.ReportMetric(us(percentile(st.cycle, 0.99)), p.Name+"-cycle-p99-µs")
 		b.ReportMetric(float64(st.errors)/float64(max(st.cycles, 1)), p.Name+"-errors/cycle")
+		b.ReportMetric(us(st.clientCPU)/float64(max(st.cycles, 1)), p.Name+"-client-cpu-µs/cycle")
+		if len(servers) > 0 {
+			b.ReportMetric(us(st.serverCPU)/float64(max(st.cycles, 1)), p.Name+"-server-cpu-µs/cycle")
+		}
 		if p.Ceiling {
 			ceiling = i
 		}
@@ -198,3 +230,44 @@ var keyNames = func() []string {
 	}
 	return s
 }()
+
+// procCPU is the CPU time the processes and their children (PostgreSQL's
+// backends) used so far, from /proc (Linux; 0 elsewhere), in clock ticks
+// of 10ms.
+func procCPU(pids []int) time.Duration {
+	if len(pids) == 0 {
+		return 0
+	}
+	want := map[int]bool{}
+	for _, p := range pids {
+		if p != 0 {
+			want[p] = true
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	var sum time.Duration
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command name (in parentheses, which may
+		// hold spaces): state, ppid, …, utime and stime 12th and 13th.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); !want[pid] && !want[ppid] {
+			continue
+		}
+		for _, s := range f[11:13] {
+			n, _ := strconv.ParseInt(s, 10, 64)
+			sum += time.Duration(n) * 10 * time.Millisecond
+		}
+	}
+	return sum
+}

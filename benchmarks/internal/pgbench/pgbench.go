@@ -19,8 +19,9 @@ import (
 
 // Pool returns a pool of lockbench.Workers connections (so that no cycle
 // waits for one) to a fresh database on the harness's PostgreSQL, with
-// fence_tokens migrated.
-func Pool(b *testing.B) *pgxpool.Pool {
+// fence_tokens migrated, and the server's process id (0 when the harness
+// did not start it).
+func Pool(b *testing.B) (*pgxpool.Pool, int) {
 	pg := servers.Postgres(b)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
@@ -41,7 +42,11 @@ func Pool(b *testing.B) *pgxpool.Pool {
 	if err := postgres.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	return pool
+	pid := 0
+	if pg.Server != nil {
+		pid = pg.Server.PID()
+	}
+	return pool, pid
 }
 
 // Rows is one table of lockbench.Keys rows (id 0 … Keys-1, a counter n,
