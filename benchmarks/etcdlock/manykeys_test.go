@@ -8,6 +8,7 @@ package etcdlockbench_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,13 +118,23 @@ func BenchmarkManyKeysLock(b *testing.B) {
 	db := servers.Etcd(b)
 	peers := manyPeers(b, db, "", nil, nil)
 	put := lockbench.KeyPeer{Name: "etcd-put", Ceiling: true}
-	for _, c := range clients(b, db.Endpoints) {
+	// The bare two writes of a lock cycle: a Put and a Delete of a key of
+	// the client's own, nothing else.
+	pair := lockbench.KeyPeer{Name: "etcd-put-delete"}
+	for i, c := range clients(b, db.Endpoints) {
 		put.Acquirers = append(put.Acquirers, func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
 			_, err := c.Put(ctx, db.Prefix+"put/"+lockbench.KeyName(key), "x")
 			return nil, nil, err
 		})
+		pair.Acquirers = append(pair.Acquirers, func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
+			k := fmt.Sprintf("%spair/%s/%d", db.Prefix, lockbench.KeyName(key), i)
+			if _, err := c.Put(ctx, k, "x"); err != nil {
+				return nil, nil, err
+			}
+			return nil, func() { _, _ = c.Delete(ctx, k) }, nil
+		})
 	}
-	peers = append(peers, put)
+	peers = append(peers, put, pair)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
 		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
 	}

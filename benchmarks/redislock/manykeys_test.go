@@ -128,7 +128,21 @@ func BenchmarkManyKeysLock(b *testing.B) {
 	peers = append(peers, lockbench.KeyPeer{Name: "redis-evalsha", Ceiling: true, Acquirers: []lockbench.KeyAcquirer{
 		func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
 			return nil, nil, ceilingScript.EvalSha(ctx, c, []string{db.Prefix + "raw:" + lockbench.KeyName(key)}, "x", 10000).Err()
-		}}})
+		}}},
+		// The bare two writes of a lock cycle, no script, no retry (a
+		// taken key is a failed cycle, retried with another key).
+		lockbench.KeyPeer{Name: "redis-set-del", Acquirers: []lockbench.KeyAcquirer{
+			func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
+				k := db.Prefix + "pair:" + lockbench.KeyName(key)
+				ok, err := c.SetNX(ctx, k, "x", 10*time.Second).Result()
+				if err == nil && !ok {
+					err = lockbench.ErrBusy
+				}
+				if err != nil {
+					return nil, nil, err
+				}
+				return nil, func() { _ = c.Del(ctx, k).Err() }, nil
+			}}})
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
 		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
 	}

@@ -104,6 +104,9 @@ func BenchmarkManyKeysLock(b *testing.B) {
 	db := servers.ZooKeeper(b)
 	peers := manyPeers(b, db, "", nil, nil)
 	set := lockbench.KeyPeer{Name: "zk-setdata", Ceiling: true}
+	// The bare two writes of a lock cycle: an ephemeral sequential child
+	// created and deleted, nothing else.
+	pair := lockbench.KeyPeer{Name: "zk-create-delete"}
 	acl := zk.WorldACL(zk.PermAll)
 	for i := range manySessions {
 		c := benchConn(b, db.Addrs[0], 10*time.Second)
@@ -126,8 +129,15 @@ func BenchmarkManyKeysLock(b *testing.B) {
 			_, err := c.Set(db.Chroot+"/raw/"+lockbench.KeyName(key), []byte("x"), -1)
 			return nil, nil, err
 		})
+		pair.Acquirers = append(pair.Acquirers, func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
+			p, err := c.Create(db.Chroot+"/raw/"+lockbench.KeyName(key)+"/n-", nil, zk.FlagEphemeralSequential, acl)
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, func() { _ = c.Delete(p, -1) }, nil
+		})
 	}
-	peers = append(peers, set)
+	peers = append(peers, set, pair)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
 		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
 	}

@@ -2,6 +2,7 @@ package lockbench
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -27,6 +28,10 @@ const Workers = 64
 // holding it (nil: none) and its release. Ceilings (a raw server write, no
 // lock) return the write's outcome as err and nil for both.
 type KeyAcquirer func(ctx context.Context, key int) (work func(context.Context) error, release func(), err error)
+
+// ErrBusy is what a reference cycle without waiting (a bare SET NX) returns
+// for a taken key: counted in errors/cycle, not logged.
+var ErrBusy = errors.New("lockbench: key taken")
 
 // KeyPeer is one contender in [CompareManyKeys].
 type KeyPeer struct {
@@ -195,7 +200,9 @@ func runKeys(b *testing.B, p KeyPeer, dist Dist, round uint64, d time.Duration) 
 						return
 					}
 					failed.Add(1)
-					firstErr.Do(func() { b.Logf("%s: key %d: %v", p.Name, key, err) })
+					if !errors.Is(err, ErrBusy) {
+						firstErr.Do(func() { b.Logf("%s: key %d: %v", p.Name, key, err) })
+					}
 					continue
 				}
 				acq[w] = append(acq[w], t1.Sub(t0))
