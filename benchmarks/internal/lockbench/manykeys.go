@@ -82,6 +82,7 @@ type keyStats struct {
 	// the server processes'.
 	clientCPU, serverCPU time.Duration
 	acq                  []time.Duration
+	work                 []time.Duration
 	cycle                []time.Duration
 }
 
@@ -91,7 +92,8 @@ type keyStats struct {
 // do the work, release — and waits for the cycles in flight. Every peer
 // sees the same key sequences in a round (worker w's source is seeded by
 // round and w). It reports per peer cycles/s, the acquire's p50 and p99 (in
-// µs; for a ceiling, the write's) and errors per cycle; the first peer's
+// µs; for a ceiling, the write's), the work's (the critical section's) and
+// the whole cycle's, and errors per cycle; the first peer's
 // cycles/s as a ratio of every other's (first/other); and, when a peer is
 // the Ceiling, every other as a fraction of it (other/ceiling).
 //
@@ -130,6 +132,7 @@ func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist, servers ...int) {
 			a.errors += st.errors
 			a.took += st.took
 			a.acq = append(a.acq, st.acq...)
+			a.work = append(a.work, st.work...)
 			a.cycle = append(a.cycle, st.cycle...)
 		}
 	}
@@ -142,6 +145,10 @@ func CompareManyKeys(b *testing.B, peers []KeyPeer, dist Dist, servers ...int) {
 		b.ReportMetric(rate[i], p.Name+"-cycles/s")
 		b.ReportMetric(us(percentile(st.acq, 0.5)), p.Name+"-acq-p50-µs")
 		b.ReportMetric(us(percentile(st.acq, 0.99)), p.Name+"-acq-p99-µs")
+		if len(st.work) > 0 {
+			b.ReportMetric(us(percentile(st.work, 0.5)), p.Name+"-work-p50-µs")
+			b.ReportMetric(us(percentile(st.work, 0.99)), p.Name+"-work-p99-µs")
+		}
 		b.ReportMetric(us(percentile(st.cycle, 0.99)), p.Name+"-cycle-p99-µs")
 		b.ReportMetric(float64(st.errors)/float64(max(st.cycles, 1)), p.Name+"-errors/cycle")
 		b.ReportMetric(us(st.clientCPU)/float64(max(st.cycles, 1)), p.Name+"-client-cpu-µs/cycle")
@@ -175,6 +182,7 @@ func runKeys(b *testing.B, p KeyPeer, dist Dist, round uint64, d time.Duration) 
 		cycles, failed atomic.Int64
 		wg             sync.WaitGroup
 		acq            = make([][]time.Duration, Workers)
+		wrk            = make([][]time.Duration, Workers)
 		cyc            = make([][]time.Duration, Workers)
 		firstErr       sync.Once
 	)
@@ -191,6 +199,7 @@ func runKeys(b *testing.B, p KeyPeer, dist Dist, round uint64, d time.Duration) 
 				t1 := time.Now()
 				if err == nil && work != nil {
 					err = work(ctx)
+					wrk[w] = append(wrk[w], time.Since(t1))
 				}
 				if release != nil {
 					release()
@@ -215,6 +224,7 @@ func runKeys(b *testing.B, p KeyPeer, dist Dist, round uint64, d time.Duration) 
 	st := keyStats{cycles: cycles.Load(), errors: failed.Load(), took: time.Since(start)}
 	for w := range Workers {
 		st.acq = append(st.acq, acq[w]...)
+		st.work = append(st.work, wrk[w]...)
 		st.cycle = append(st.cycle, cyc[w]...)
 	}
 	if ctx.Err() != nil {
