@@ -28,11 +28,12 @@ func (s cellSpec) String() string { return s.locker + "/" + s.nemesis }
 // (2 s with its default settings, which the harness keeps); a ZooKeeper
 // session lasts at least the server's minimum session timeout (1 s here).
 var ttls = map[string]time.Duration{
-	memLock:   200 * time.Millisecond,
-	redisLock: 250 * time.Millisecond,
-	redLock:   300 * time.Millisecond,
-	etcdLock:  2 * time.Second,
-	zkLock:    time.Second,
+	memLock:          200 * time.Millisecond,
+	redisLock:        250 * time.Millisecond,
+	redisClusterLock: 250 * time.Millisecond,
+	redLock:          300 * time.Millisecond,
+	etcdLock:         2 * time.Second,
+	zkLock:           time.Second,
 }
 
 // Clients: c1 is the victim of every fault, c2 takes its lock over, c3
@@ -138,6 +139,7 @@ type lockService struct {
 	proxies        []*servers.Proxy  // the victim's, in the order of direct.Addrs
 	dedicated      []*servers.Server // the cell's own servers, for the kill nemesis
 	cluster        *servers.EtcdCluster
+	rcluster       *servers.RedisCluster // redis-cluster
 	mem            *memlock.Locker
 }
 
@@ -173,6 +175,8 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 			}
 			lc.Prefix = dbs[0].Prefix + "redlock:"
 		}
+	case redisClusterLock:
+		newClusterLockService(t, s, &lc)
 	case etcdLock:
 		if kill {
 			s.cluster = servers.NewEtcdCluster(t, 3)
@@ -202,6 +206,9 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 		p := servers.NewProxy(t, a)
 		s.proxies = append(s.proxies, p)
 		s.victim.Addrs = append(s.victim.Addrs, p.Addr())
+	}
+	if spec.locker == redisClusterLock {
+		s.victim.AddrMap = clusterAddrMap(lc.Addrs, s.proxies)
 	}
 	return s
 }

@@ -92,6 +92,19 @@
 //     while the lock service counts real time. It runs again after c1's
 //     write.
 //
+// Redis Cluster (locker redis-cluster: redislock through a go-redis
+// ClusterClient on a cluster of three masters with a replica each, the
+// cell's own) has three cells. kill: the master that holds the forced
+// item's lock is killed while c1 holds it, the cluster promotes its replica
+// (cluster-node-timeout 1 s and an election, 2-3 s), c2 takes the lock there;
+// the old master is restarted and rejoins as a replica before c1 writes.
+// pause: as above. partition: a ClusterClient connects to the node
+// addresses CLUSTER SLOTS names, not to its seeds, so c1's dialer sends
+// each node's address to that node's proxy (lockConfig.AddrMap), and
+// cutting the proxies cuts c1 off from the whole cluster. delay and clock
+// are left out: they exercise the client and the proxies, nothing the
+// cluster does differently from the redis cells.
+//
 // # Checks
 //
 // Every copy of every item is checked after every run (package

@@ -44,6 +44,7 @@ var (
 // only the clock applies.
 var matrix = []cellSpec{
 	{etcdLock, nemKill}, {zkLock, nemKill}, {zkLock, nemDelay},
+	{redisClusterLock, nemKill}, {redisClusterLock, nemPause}, {redisClusterLock, nemCut},
 	{etcdLock, nemPause}, {etcdLock, nemCut}, {etcdLock, nemDelay}, {etcdLock, nemClock},
 	{zkLock, nemPause}, {zkLock, nemCut}, {zkLock, nemClock},
 	{redLock, nemKill}, {redLock, nemPause}, {redLock, nemCut}, {redLock, nemDelay}, {redLock, nemClock},

@@ -31,9 +31,10 @@ const (
 
 // lockConfig says which lock service a client uses and where it is.
 type lockConfig struct {
-	Kind   string   `json:"kind"`
-	Addrs  []string `json:"addrs"` // one Redis, the Redlock nodes, etcd endpoints, ZooKeeper servers
-	Prefix string   `json:"prefix"`
+	Kind    string            `json:"kind"`
+	Addrs   []string          `json:"addrs"` // one Redis, the Redlock nodes, etcd endpoints, ZooKeeper servers
+	Prefix  string            `json:"prefix"`
+	AddrMap map[string]string `json:"addr_map,omitempty"` // redis-cluster: node address → the address to dial (the victim's proxy)
 }
 
 // openLocker connects to the lock service of lc. memlock is not opened here:
@@ -48,6 +49,8 @@ func openLocker(ctx context.Context, lc lockConfig, log *slog.Logger) (locks.Loc
 			return nil, nil, err
 		}
 		return l, func() error { return errors.Join(l.Close(), cli.Close()) }, nil
+	case redisClusterLock:
+		return openClusterLocker(lc)
 	case redLock:
 		var nodes []redlock.Client
 		var clis []*redis.Client

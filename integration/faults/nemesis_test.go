@@ -138,6 +138,8 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 			// lock and every token counter.
 			n.label = "Redis KILLED, restarted empty"
 			n.inject = func(context.Context, *run) error { return killRestart(svc.dedicated[0], true) }
+		case redisClusterLock:
+			clusterKillNemesis(n, c)
 		case redLock:
 			// Kleppmann's case against Redlock: c1 reaches only
 			// nodes 1-3 and takes the lock on them; nodes 2 and 3

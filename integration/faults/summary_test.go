@@ -81,13 +81,13 @@ const header = "Each enforcer column: runs with a violation with fencing ON / wi
 func (s summaryData) text() string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "fault-injection summary (%v)\n%s\n\n", s.elapsed.Round(time.Second), header)
-	fmt.Fprintf(&b, "%-18s %5s %6s", "locker/nemesis", "runs", "faults")
+	fmt.Fprintf(&b, "%-24s %5s %6s", "locker/nemesis", "runs", "faults")
 	for _, e := range allEnforcers {
 		fmt.Fprintf(&b, " %10s", e)
 	}
 	fmt.Fprintf(&b, " %9s %8s\n", "refused", "time")
 	for _, c := range s.cells {
-		fmt.Fprintf(&b, "%-18s %5d %6d", c.Spec, c.Runs, c.Faults)
+		fmt.Fprintf(&b, "%-24s %5d %6d", c.Spec, c.Runs, c.Faults)
 		for _, e := range allEnforcers {
 			es := c.Enf[e]
 			fmt.Fprintf(&b, " %10s", fmt.Sprintf("%d / %d", es.Fenced, es.Control))

@@ -42,14 +42,18 @@
 //
 // # Faults
 //
-// [NewRedis], [NewRedisN], [NewRedisReplica], [NewPostgres], [NewEtcd],
+// [NewRedis], [NewRedisN], [NewRedisReplica], [NewRedisCluster], [NewPostgres], [NewEtcd],
 // [NewEtcdCluster], [NewZooKeeper] and [NewZooKeeperEnsemble] start servers
 // for the calling test alone, always from a local binary (a fault needs a
 // process the harness owns), and tear them down when the test ends. Their
 // [Server] handle stops (Stop), crashes (Kill, SIGKILL), freezes (Pause,
 // SIGSTOP) and thaws (Resume, SIGCONT) the server process and restarts it on
 // the same address (Start, keeping or wiping its data). [EtcdCluster.Leader]
-// and [ZKEnsemble.Leader] say which member to hit.
+// and [ZKEnsemble.Leader] say which member to hit. A [RedisCluster] fails
+// a master over (Failover: CLUSTER FAILOVER on its replica; KillFailover:
+// SIGKILL and the cluster's own promotion), reshards a slot (Migrate, with a
+// hook midway for ASK), and says which master holds a key ([KeySlot],
+// MasterForKey).
 //
 // [NewProxy] puts an in-process TCP proxy in front of any address, so a test
 // can cut, delay, slow or blackhole its own clients' connections while the

@@ -162,6 +162,81 @@
 // later one are accepted and every earlier one still refused. Every reset
 // is logged at Warn level with the resource and both marks.
 //
+// # Redis Cluster
+//
+// A [*redis.ClusterClient] is a Client like any other: the lock
+// conformance suite, the Fence's, and the fault tests run on a cluster of
+// three masters with a replica each (locks/redislock cluster tests,
+// integration/faults cells redis-cluster/*).
+//
+// Hash tags. Every key of a lock — the lock, its token counter, its queue
+// and the queue's deadlines — and its wake-up channel are named
+// <prefix>{<name>}…, so they share the slot of the name, and the master
+// that serves it runs every script of the lock atomically; locks of
+// different names spread over the masters. A Fence's mark is
+// <prefix>{<resource>} likewise. Keep '{' and '}' out of the prefixes
+// ([Options.Prefix], [FenceOptions.Prefix]): a prefix that holds a hash
+// tag of its own puts every lock (or mark) of the Locker in that one slot,
+// on one master. Names may contain braces, with one exception: Redis
+// hashes a key's whole name when its tag is empty, so a lock name that
+// starts with '}' (<prefix>{}…}), or a prefix that holds "{}", would spread
+// the lock's keys over several slots, where no script can reach them
+// together. On a Cluster client Acquire, TryAcquire, Heal, Issued and
+// Current refuse such names with [locks.ErrInvalid]; on a single node (or
+// Sentinel) they work as any other.
+//
+// Wake-ups are classic pub/sub (PUBLISH from the release script,
+// SUBSCRIBE on one connection per Locker), which the cluster bus carries
+// to every node: the Locker's one subscription, on whichever node, hears
+// every release.
+//
+// Failover and resharding. A Locker's scripts follow MOVED, ASK and
+// TRYAGAIN the way go-redis does (ClusterOptions.MaxRedirects, 3 by
+// default): resharding a lock's slot while it is held, queued for and
+// released costs nothing but round trips. A master that dies is another
+// matter: go-redis reloads its slot map on MOVED, ASK and READONLY and
+// when the map is older than ClusterStateReloadInterval (a minute by
+// default), not when a node refuses connections, so calls on the dead
+// master's slots would fail for up to a minute after its replica took
+// over. The Locker, the Sequencer and the Fence therefore ask a Cluster
+// client to reload its map after every network error; calls recover as
+// soon as the cluster has promoted the replica (cluster-node-timeout plus
+// an election). Calls made during the failover fail, and leave the state
+// of the lock unknown, as with any network error.
+//
+// Tokens keep growing across failovers: a promoted replica has the
+// counter as far as it had replicated, and the clock floor takes the next
+// token past whatever it had not (its clock reads later than the old
+// master's did at the lost grant, on the assumptions of "What the token
+// guarantees").
+//
+// What a Cluster cannot promise: replication is asynchronous, so a grant
+// the master acknowledged but had not yet sent to its replica is lost when
+// the master dies and the replica is promoted, and the lock is granted
+// again — two holders at once, each with a lease it believes is live.
+// Redis Cluster's own documentation says as much; WAIT would not change it
+// (the grant is acknowledged before any WAIT). Fencing is what keeps the
+// resource safe: the second grant's token is larger, so a fenced resource
+// refuses the first holder's writes once the second holder has touched
+// it, while an unfenced one takes both (the test
+// TestClusterDoubleGrantAcrossFailover forces exactly this: the grant
+// reaches the master only, the master is killed, the replica promoted).
+// The stale holder finds out at its next renewal.
+//
+// The Fence with [FenceOptions.Replicas] on a Cluster: WAIT has no key and
+// counts the acknowledgements of writes made on its own connection, so
+// the Fence does not let the ClusterClient route it (a ClusterClient's
+// pipeline sends a keyless command to a node of its choosing). It sends
+// the script and WAIT in one pipeline to the client of the master that
+// holds the mark's slot (MasterForKey), and follows the redirections
+// itself: on MOVED (a failover or a resharding the client's map has not
+// seen) it reloads the slot map at once and sends both to the new master;
+// on ASK (the slot is moving and the mark is on the target already) it
+// sends ASKING, the script and WAIT to the target; on TRYAGAIN and
+// CLUSTERDOWN it sends them again after a pause, five attempts in all.
+// WAIT then counts the replicas of the master that wrote the mark — n is a
+// number of replicas per master, not in the cluster.
+//
 // # Errors
 //
 // Besides the errors of package locks: [ErrClosed] after [Locker.Close];

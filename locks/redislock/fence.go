@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +42,9 @@ import (
 // replicas, and survives a failover to any of them — Sentinel and Cluster
 // promote the replica with the most replicated data among those they can
 // reach.
+//
+// On a Redis Cluster, WAIT goes to the master that holds the mark's slot,
+// with the redirections followed; see "Redis Cluster" in the package doc.
 //
 // WAIT is not consensus. What can still go wrong with Replicas set:
 //
@@ -235,6 +240,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 // lag); it decides nothing.
 func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
 	s, err := f.client.Get(ctx, f.key(resource)).Result()
+	reloadOnNetError(ctx, f.client, err)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -251,23 +257,146 @@ func (f *Fence) run(ctx context.Context, s *redis.Script, key string, args ...an
 	keys := []string{key}
 	if f.replicas == 0 {
 		v, err := s.Run(ctx, f.client, keys, args...).Result()
+		reloadOnNetError(ctx, f.client, err)
 		return v, 0, err
 	}
-	p, err := f.pipeliner(ctx, key)
-	if err != nil {
-		return nil, 0, err
+	if c, ok := f.client.(clusterClient); ok {
+		return f.runCluster(ctx, c, s, keys, args...)
 	}
-	v, n, err := f.pipelineWait(ctx, p, func(pipe redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, pipe, keys, args...) })
+	var p interface{ Pipeline() redis.Pipeliner } = f.client
+	if c, ok := f.client.(interface {
+		GetShardClientForKey(key string) (*redis.Client, error)
+	}); ok { // a Ring: the key's shard
+		sc, err := c.GetShardClientForKey(key)
+		if err != nil {
+			return nil, 0, err
+		}
+		p = sc
+	}
+	return f.runOn(ctx, p, false, s, keys, args...)
+}
+
+// runOn sends the script (ASKING first, when asking) and WAIT in one
+// pipeline on p, falling back from EVALSHA to EVAL on NOSCRIPT.
+func (f *Fence) runOn(ctx context.Context, p interface{ Pipeline() redis.Pipeliner }, asking bool, s *redis.Script, keys []string, args ...any) (any, int, error) {
+	v, n, err := f.pipelineWait(ctx, p, asking, func(pipe redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, pipe, keys, args...) })
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Not loaded yet: send the source.
-		v, n, err = f.pipelineWait(ctx, p, func(pipe redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, pipe, keys, args...) })
+		v, n, err = f.pipelineWait(ctx, p, asking, func(pipe redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, pipe, keys, args...) })
 	}
 	return v, n, err
 }
 
-// pipelineWait sends the command eval queues, then WAIT, in one pipeline.
-func (f *Fence) pipelineWait(ctx context.Context, p interface{ Pipeline() redis.Pipeliner }, eval func(redis.Pipeliner) *redis.Cmd) (any, int, error) {
+// clusterClient is what a Fence needs of a [redis.ClusterClient] to send
+// WAIT to the node that holds a key's slot.
+type clusterClient interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	ReloadState(ctx context.Context)
+}
+
+// clusterAttempts bounds the redirections a claim with WAIT follows on a
+// Cluster (one MOVED after a failover or a resharding, then an ASK while a
+// slot moves, a TRYAGAIN or two).
+const clusterAttempts = 5
+
+// runCluster is run on a Redis Cluster. The keyless WAIT counts the
+// acknowledgements of writes made on its own connection, so it must go on
+// the connection that ran the script, to the master that holds the key's
+// slot: a ClusterClient's pipeline would send WAIT to a node of its
+// choosing. The script and WAIT therefore go, in one pipeline, to the
+// client of the key's master, and the redirections the ClusterClient would
+// follow are followed here: on MOVED the slot map is reloaded (at once,
+// not lazily) and the claim sent to the new master; on ASK (the slot is
+// being migrated, the key is on the target already) it goes to the target
+// with ASKING; on TRYAGAIN and CLUSTERDOWN it is sent again after a pause.
+// Each of these replies means the script did not run. Any other error
+// schedules a reload of the slot map (a master that died) and is returned.
+func (f *Fence) runCluster(ctx context.Context, c clusterClient, s *redis.Script, keys []string, args ...any) (any, int, error) {
+	var askAddr string
+	for attempt := 1; ; attempt++ {
+		var node *redis.Client
+		var err error
+		if askAddr != "" {
+			node, err = masterAt(ctx, c, askAddr)
+		} else {
+			node, err = c.MasterForKey(ctx, keys[0])
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		v, n, err := f.runOn(ctx, node, askAddr != "", s, keys, args...)
+		if err == nil || attempt == clusterAttempts {
+			return v, n, err
+		}
+		askAddr = ""
+		switch {
+		case redis.HasErrorPrefix(err, "MOVED"):
+			// A forced reload: MasterForKey must see the new owner.
+			if err := c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+				return nil, 0, err
+			}
+		case redis.HasErrorPrefix(err, "ASK"):
+			if askAddr = redirectAddr(err); askAddr == "" {
+				return v, n, err
+			}
+		case redis.HasErrorPrefix(err, "TRYAGAIN"), redis.HasErrorPrefix(err, "CLUSTERDOWN"):
+			t := time.NewTimer(time.Duration(attempt) * 10 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return v, n, err
+			case <-t.C:
+			}
+		default:
+			reloadOnNetError(ctx, c, err) // the node may be gone
+			return v, n, err
+		}
+	}
+}
+
+// redirectAddr returns the address of a MOVED or ASK reply ("ASK 3999
+// 127.0.0.1:6381").
+func redirectAddr(err error) string {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return ""
+	}
+	f := strings.Fields(rerr.Error())
+	if len(f) != 3 {
+		return ""
+	}
+	return f[2]
+}
+
+// masterAt returns the client of the master with address addr.
+func masterAt(ctx context.Context, c clusterClient, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var found *redis.Client
+	err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			mu.Lock()
+			found = m
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("redislock: redirected to %s, which is not a master of the cluster", addr)
+	}
+	return found, nil
+}
+
+// pipelineWait sends the command eval queues, then WAIT, in one pipeline
+// (ASKING before them when asking).
+func (f *Fence) pipelineWait(ctx context.Context, p interface{ Pipeline() redis.Pipeliner }, asking bool, eval func(redis.Pipeliner) *redis.Cmd) (any, int, error) {
 	pipe := p.Pipeline()
+	if asking {
+		pipe.Do(ctx, "asking")
+	}
 	cmd := eval(pipe)
 	wait := pipe.Do(ctx, "wait", f.replicas, ms(f.timeout)) // 0 would wait for ever
 	_, _ = pipe.Exec(ctx)                                   // each command carries its own error
@@ -283,22 +412,4 @@ func (f *Fence) pipelineWait(ctx context.Context, p interface{ Pipeline() redis.
 		return v, 0, fmt.Errorf("WAIT %d: %w", f.replicas, err)
 	}
 	return v, int(n), nil
-}
-
-// pipeliner returns a client on which a pipeline stays on one connection
-// to the master of key, so that WAIT counts the acknowledgements of the
-// script's write: a Cluster client would send the keyless WAIT to any
-// node, a Ring to any shard.
-func (f *Fence) pipeliner(ctx context.Context, key string) (interface{ Pipeline() redis.Pipeliner }, error) {
-	switch c := f.client.(type) {
-	case interface {
-		MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-	}:
-		return c.MasterForKey(ctx, key)
-	case interface {
-		GetShardClientForKey(key string) (*redis.Client, error)
-	}:
-		return c.GetShardClientForKey(key)
-	}
-	return f.client, nil
 }

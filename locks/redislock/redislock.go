@@ -100,6 +100,9 @@ func New(client Client, o Options) (*Locker, error) {
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
 	}
+	if _, ok := client.(stateReloader); ok {
+		client = reloadingClient{client}
+	}
 	return &Locker{client: client, o: o, notify: notifier(client)}, nil
 }
 
@@ -225,6 +228,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
 		return nil, err
 	}
+	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -256,6 +262,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // goes back to waiting.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -373,6 +382,9 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 	if key == "" {
 		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
 	}
+	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
+		return 0, err
+	}
 	if to > MaxHeal {
 		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalid, key, to,
 			&token.RangeError{What: "redislock heal target", Token: to, Max: MaxHeal})
@@ -390,6 +402,9 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 // tighter bound: a token above the current holder's was not granted yet
 // either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
+	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
+		return 0, err
+	}
 	s, err := issuedScript.Run(ctx, l.client, l.keys(key).all[:2]).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: issued %q: %w", key, err)

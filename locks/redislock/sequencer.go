@@ -71,6 +71,9 @@ func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
+	if _, ok := client.(stateReloader); ok {
+		client = reloadingScripter{client}
+	}
 	return &Sequencer{client: client, prefix: prefix}
 }
 
@@ -87,6 +90,9 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 	}
 	if c == nil {
 		return 0, fmt.Errorf("%w: current %q: nil client", locks.ErrInvalid, key)
+	}
+	if err := checkSlot(c, prefix, key); err != nil {
+		return 0, err
 	}
 	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).all[:2]).Text()
 	if err != nil {

@@ -56,6 +56,18 @@
 // access, is the cheapest setup that keeps the strong guarantee: a request
 // is refused, or claims and accesses in one step; a 404 leaves no state.
 //
+// A holder that lost its lock tends to keep trying with its old token, and
+// each try would cost the store a refused claim plus a second statement to
+// say why (stale, or no such row). So each process remembers, per item, the
+// mark the store last reported — the token it accepted, or the mark named
+// in a stale refusal — for Options.MarkCacheTTL (default 1 s), and refuses a
+// lower token with the same 409 without a statement. This only ever
+// refuses what the store would: marks only go up, except by an operator's
+// reset, which drops the entry in the instance that made it; another
+// instance may go on refusing tokens between the new mark and the old for up
+// to the TTL. Nothing is accepted on the cache's word: a token it lets
+// through is checked and claimed by the store as before.
+//
 // Refusals are expected traffic (a holder that lost its lock, a client
 // with a bad header), so they are not each logged at Info: httpmw's
 // RefusalLog logs the first of each kind, then at most one a minute with

@@ -64,6 +64,16 @@ type Options struct {
 	// bounds clock-floored tokens (Redis, Redlock) to five minutes of
 	// lockout, and etcd's and ZooKeeper's not at all.
 	Sequencer token.Sequencer
+
+	// MarkCacheTTL is how long a mark the store reported refuses lower
+	// tokens for the item in this process, without a statement (a holder
+	// that lost its lock tends to keep trying). Default
+	// DefaultMarkCacheTTL; negative: no cache, every token goes to the
+	// store. It only refuses what the store would: marks only go up, except
+	// by a reset — after a reset through another instance, this one may go
+	// on refusing tokens between the new mark and the old for up to the
+	// TTL. Whatever it lets through, the store checks and claims.
+	MarkCacheTTL time.Duration
 }
 
 // New returns the service's routes.
@@ -83,6 +93,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	s := &server{store: o.Store, fenced: !o.Unfenced, metrics: m, log: o.Logger, seq: o.Sequencer,
 		refusals: httpmw.NewRefusalLog(o.Logger, 1, time.Minute)}
+	if s.fenced {
+		s.marks = newMarkCache(o.MarkCacheTTL, nil)
+	}
 	// The cheap local bound first, so made-up tokens far above the clock
 	// cost no query to the lock service; then the lock service's word.
 	var check token.Check = token.ClockBound{}
@@ -207,6 +220,7 @@ type server struct {
 	metrics *prom.Metrics
 	log     *slog.Logger
 	seq     token.Sequencer // nil: no sequencer check, and resets need a "to"
+	marks   *markCache      // nil: unfenced, or no cache
 
 	refusals *httpmw.RefusalLog // the middleware's refusals and the store's, rate-limited
 }
@@ -354,6 +368,7 @@ func (s *server) adminResetMark(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prev, err := s.store.ResetMark(r.Context(), sku, to)
+	s.marks.forget(sku)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -381,7 +396,8 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // token is the token the middleware accepted for this item, or zero: no
-// fencing, or a read without a token. A token the middleware claimed for
+// fencing, or a read without a token. A token below a mark the store
+// reported for the item moments ago is refused here as stale (markCache). A token the middleware claimed for
 // another resource is an error, never a reason to access the item unfenced:
 // the handler and the middleware would disagree on what the item is.
 func (s *server) token(r *http.Request, sku string) (token.Token, error) {
@@ -395,14 +411,26 @@ func (s *server) token(r *http.Request, sku string) (token.Token, error) {
 	case key != resource(sku):
 		return 0, fmt.Errorf("the middleware claimed %q, the handler serves %q", key, resource(sku))
 	}
+	if se := s.marks.stale(sku, t); se != nil {
+		s.metrics.Claim("items:"+sku, t, se) // refused as the store would have
+		return 0, se
+	}
 	return t, nil
 }
 
 // recordClaim counts the store's own check of a fenced access, under the
-// class "items" (the middleware's claims count under "sku").
+// class "items" (the middleware's claims count under "sku"), and keeps the
+// mark the store reported.
 func (s *server) recordClaim(sku string, t token.Token, err error) {
 	if t.IsZero() || errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
 		return
+	}
+	var stale *token.StaleError
+	switch {
+	case err == nil:
+		s.marks.learn(sku, t)
+	case errors.As(err, &stale):
+		s.marks.learn(sku, stale.Current)
 	}
 	s.metrics.Claim("items:"+sku, t, err)
 }
