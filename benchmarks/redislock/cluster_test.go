@@ -1,11 +1,7 @@
-//go:build rediscluster
-
 package redislockbench_test
 
 // Many keys on a Redis Cluster of three masters against one node, lock
-// only, in the same rounds. It needs servers.NewRedisCluster (branch
-// cluster): build with -tags rediscluster until that is merged, then drop
-// the tag. Results: docs/benchmarks.md, "Many keys".
+// only, in the same rounds. Results: docs/benchmarks.md, "Many keys".
 
 import (
 	"context"
