@@ -5,13 +5,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { servers.Main(m) }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()

@@ -3,12 +3,11 @@ package zklockbench_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { servers.Main(m) }
 
 type quiet struct{}
 
