@@ -116,9 +116,13 @@ func (l *Locker) Close() error {
 }
 
 type lockKeys struct {
-	all     []string // lock, counter, queue, deadlines
+	all     []string // lock, counter, queue, deadlines, offset
 	channel string
 }
+
+// bound returns the keys of the scripts that read the counter and its
+// offset: lock, counter, offset.
+func (k lockKeys) bound() []string { return []string{k.all[0], k.all[1], k.all[4]} }
 
 // DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
 // prefix is empty.
@@ -127,7 +131,7 @@ const DefaultPrefix = "fenceguard:lock:"
 func keysFor(prefix, key string) lockKeys {
 	base := prefix + "{" + key + "}"
 	return lockKeys{
-		all:     []string{base, base + ":tok", base + ":q", base + ":qd"},
+		all:     []string{base, base + ":tok", base + ":q", base + ":qd", base + ":tokd"},
 		channel: base + ":wake",
 	}
 }
@@ -160,7 +164,7 @@ type outcome struct {
 // rangeErr is the error of a grant the counter, at the ceiling, cannot
 // mint.
 func rangeErr() error {
-	return fmt.Errorf("token counter at its ceiling (delete the counter key, see the package doc): %w",
+	return fmt.Errorf("token counter, or its healed clock floor, at the ceiling (delete the counter and offset keys, see the package doc): %w",
 		&token.RangeError{What: "redislock counter", Token: MaxToken + 1, Max: MaxToken})
 }
 
@@ -389,7 +393,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalid, key, to,
 			&token.RangeError{What: "redislock heal target", Token: to, Max: MaxHeal})
 	}
-	s, err := healScript.Run(ctx, l.client, l.keys(key).all[:2], to.String(), ms(l.o.CounterIdle)).Text()
+	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), ms(l.o.CounterIdle)).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: heal %q: %w", key, err)
 	}
@@ -405,7 +409,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err
 	}
-	s, err := issuedScript.Run(ctx, l.client, l.keys(key).all[:2]).Text()
+	s, err := issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: issued %q: %w", key, err)
 	}

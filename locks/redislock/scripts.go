@@ -9,6 +9,7 @@ import "github.com/redis/go-redis/v9"
 //	<prefix>{<key>}:tok    the token counter, PX counter idle time
 //	<prefix>{<key>}:q      waiters in arrival order (zset, score: server µs)
 //	<prefix>{<key>}:qd     waiters' liveness deadlines (zset, score: server ms)
+//	<prefix>{<key>}:tokd   the heal offset d, PX counter idle time (see mint)
 //
 // and the channel <prefix>{<key>}:wake, on which a release publishes
 // "<id>|<token>" of the waiter it handed the lock to.
@@ -60,6 +61,41 @@ local function canon(s, max)
   return not lt(max, s)
 end
 
+-- add returns a + b for canonical decimal strings (or '0'), digit by
+-- digit: exact at any length (the sum of two tokens has at most 20 digits).
+local function add(a, b)
+  local r, carry = {}, 0
+  local i, j = #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local x = carry
+    if i > 0 then x = x + string.byte(a, i) - 48 end
+    if j > 0 then x = x + string.byte(b, j) - 48 end
+    if x >= 10 then x, carry = x - 10, 1 else carry = 0 end
+    r[#r + 1] = string.char(48 + x)
+    i, j = i - 1, j - 1
+  end
+  local s = string.gsub(string.reverse(table.concat(r)), '^0+', '')
+  if s == '' then return '0' end
+  return s
+end
+
+-- sub returns a − b for canonical decimal strings with b < a (canonical:
+-- no leading zeros).
+local function sub(a, b)
+  local r, borrow = {}, 0
+  local i, j = #a, #b
+  while i > 0 do
+    local x = string.byte(a, i) - 48 - borrow
+    if j > 0 then x = x - (string.byte(b, j) - 48) end
+    if x < 0 then x, borrow = x + 10, 1 else borrow = 0 end
+    r[#r + 1] = string.char(48 + x)
+    i, j = i - 1, j - 1
+  end
+  local s = string.gsub(string.reverse(table.concat(r)), '^0+', '')
+  if s == '' then return '0' end
+  return s
+end
+
 -- incr returns s + 1 for a canonical decimal string.
 local function incr(s)
   local i = #s
@@ -82,24 +118,87 @@ local function badCounter(c)
   return redis.error_reply('ERR redislock: token counter ' .. KEYS[2] .. ' holds ' ..
     string.format('%q', string.sub(c, 1, 40)) .. ', not a token in 1..' .. MAX)
 end
+
+local function badOffset(key, d)
+  return redis.error_reply('ERR redislock: heal offset ' .. key .. ' holds ' ..
+    string.format('%q', string.sub(d, 1, 40)) .. ', not a number in 1..' .. MAX)
+end
+
+-- floor returns the clock floor of the next token: now, plus the heal
+-- offset d stored at offkey when there is one (restarting its idle
+-- expiry). Or nil and why not: 'range' when now + d is past MAX (the sum
+-- third), 'badoff' when the offset holds something else than a number
+-- in 1..MAX (the value third).
+local function floor(nowstr, idle, offkey)
+  local d = redis.call('GET', offkey)
+  if not d then return nowstr end
+  if not canon(d, MAX) then return nil, 'badoff', d end
+  redis.call('PEXPIRE', offkey, idle)
+  local f = add(nowstr, d)
+  if lt(MAX, f) then return nil, 'range', f end
+  return f
+end
+
+-- bound returns max(counter, clock floor), at most MAX: at least every
+-- token granted (each was written to the counter) and at most the next
+-- grant's. Or an error reply.
+local function bound(ckey, offkey)
+  local _, _, nowstr = clock()
+  local c = redis.call('GET', ckey)
+  if c and not canon(c, MAX) then return badCounter(c) end
+  local d = redis.call('GET', offkey)
+  local f = nowstr
+  if d then
+    if not canon(d, MAX) then return badOffset(offkey, d) end
+    f = add(nowstr, d)
+    if lt(MAX, f) then f = MAX end
+  end
+  if c and lt(f, c) then return c end
+  return f
+end
 `
 
-// mint sets the counter to the next token, max(counter + 1, now in µs),
-// and returns it: usually one SET ... GET, as the clock is ahead of the
-// counter. KEYS[2] the counter.
+// mint sets the counter to the next token, max(counter + 1, now + d) —
+// now the server clock in µs, d the heal offset (0 when there is none) —
+// and returns it: usually a GET of the offset and one SET ... GET, as the
+// clock floor is ahead of the counter.
+//
+// Why the offset. Across a failover that loses the last grant, the clock
+// floor keeps the next token above the lost one: the new master's clock
+// reads later. A counter above the clock (after a heal to a resource's
+// high-water above it, or a clock stepped back) would make tokens
+// counter + 1, which do not grow with time: a failover that loses grant
+// c + 1 would have the new master mint c + 1 again, for another holder,
+// and every fence admits an equal token. So a heal records d = healed
+// value − now, and tokens come from now + d: they grow with the clock
+// like unhealed ones, and the new master, whose clock reads later, mints
+// above the lost grant. When a token does come from counter + 1 (a
+// counter raised by a client without offsets, or several grants in one
+// µs), mint raises d to token − now, so the next grant's floor is above
+// it again. d never decreases; it lives (and idles out) with the
+// counter. KEYS[2] the counter, offkey the offset.
 const mint = `
 -- mint returns the new token, or nil and why not: 'range' when the
--- counter is at the ceiling, 'bad' when it holds something else than a
--- token (the counter's value third); then the counter is put back as it
--- was (its idle expiry restarted) and nothing is minted.
-local function mint(nowstr, idle)
-  local c = redis.call('SET', KEYS[2], nowstr, 'PX', idle, 'GET')
-  if not c then return nowstr end
+-- counter is at the ceiling or the clock floor past it, 'bad' when the
+-- counter holds something else than a token, 'badoff' when the offset
+-- does (the value third); then the counter is put back as it was (its
+-- idle expiry restarted) and nothing is minted.
+local function mint(nowstr, idle, offkey)
+  local f, fwhy, fv = floor(nowstr, idle, offkey)
+  if not f then
+    redis.call('PEXPIRE', KEYS[2], idle)
+    return nil, fwhy, fv
+  end
+  local c = redis.call('SET', KEYS[2], f, 'PX', idle, 'GET')
+  if not c then return f end
   if canon(c, MAX) then
-    if lt(c, nowstr) then return nowstr end
+    if lt(c, f) then return f end
     if c ~= MAX then
       local tok = incr(c)
       redis.call('SET', KEYS[2], tok, 'PX', idle)
+      if lt(nowstr, tok) then
+        redis.call('SET', offkey, sub(tok, nowstr), 'PX', idle)
+      end
       return tok
     end
     redis.call('SET', KEYS[2], c, 'PX', idle)
@@ -107,6 +206,13 @@ local function mint(nowstr, idle)
   end
   redis.call('SET', KEYS[2], c, 'PX', idle)
   return nil, 'bad', c
+end
+
+-- mintErr is the error reply of a mint that failed for a reason other
+-- than the ceiling.
+local function mintErr(why, v, offkey)
+  if why == 'badoff' then return badOffset(offkey, v) end
+  return badCounter(v)
 end
 `
 
@@ -117,7 +223,7 @@ end
 // mint (at the ceiling), the lock is deleted and every waiter woken: their
 // acquires then fail with the reason, and leave the queue.
 //
-// KEYS[1..4]; channel, idle (counter idle ms). Needs decimal and mint.
+// KEYS[1..5]; channel, idle (counter idle ms). Needs decimal and mint.
 const handOver = `
 local function handOver(channel, idle)
   local nowms, _, nowstr = clock()
@@ -138,7 +244,7 @@ local function handOver(channel, idle)
     redis.call('DEL', KEYS[1])
     return
   end
-  local tok = mint(nowstr, idle)
+  local tok = mint(nowstr, idle, KEYS[5])
   if not tok then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', channel, '*') -- rnotify.Everyone
@@ -159,21 +265,22 @@ end
 // token the lock holds; otherwise it joins or refreshes its place in the
 // queue.
 //
-// KEYS: lock, counter, queue, deadlines.
+// KEYS: lock, counter, queue, deadlines, offset.
 // ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0").
 // Returns {1, token} when granted now; {2, token} when a release handed
 // the lock over earlier; {0, ms until worth retrying, joined} when not
 // granted, joined 1 if the waiter was not in the queue and joined it now;
-// {3, counter} when the counter is at the ceiling (nothing granted). A
-// counter that is not a token is an error reply.
+// {3, value} when the counter or the clock floor is at or past the ceiling
+// (nothing granted). A counter or offset that is not a number is an error
+// reply.
 var acquireScript = redis.NewScript(decimal + mint + `
 local v = redis.call('GET', KEYS[1])
 if not v then
   local _, _, nowstr = clock()
-  local tok, why, c = mint(nowstr, ARGV[3])
+  local tok, why, c = mint(nowstr, ARGV[3], KEYS[5])
   if not tok then
     if why == 'range' then return {3, c} end
-    return badCounter(c)
+    return mintErr(why, c, KEYS[5])
   end
   redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
   if ARGV[5] == '1' then
@@ -217,8 +324,8 @@ return 0
 // releaseScript releases the lock only if it still holds this grant,
 // handing it over to the next waiter.
 //
-// KEYS: lock, counter, queue, deadlines. ARGV: "id|token", channel,
-// counter idle ms. Returns 1 when released, 0 when not held.
+// KEYS: lock, counter, queue, deadlines, offset. ARGV: "id|token",
+// channel, counter idle ms. Returns 1 when released, 0 when not held.
 var releaseScript = redis.NewScript(decimal + mint + handOver + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 0 then
@@ -233,8 +340,8 @@ return 1
 // place in the queue, or a grant (by acquire or hand-over, with whatever
 // token) whose news never reached it — handing the lock on.
 //
-// KEYS: lock, counter, queue, deadlines. ARGV: id, channel, counter idle
-// ms, member ("id|ttl").
+// KEYS: lock, counter, queue, deadlines, offset. ARGV: id, channel,
+// counter idle ms, member ("id|ttl").
 var abandonScript = redis.NewScript(decimal + mint + handOver + `
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[4])
@@ -245,52 +352,54 @@ return 1
 `)
 
 // healScript raises the counter to at least ARGV[1] (a canonical decimal
-// below MAX, or "0"), refreshing its idle expiry.
+// below MAX, or "0"), refreshing its idle expiry, and raises the offset
+// so that the clock floor is at least the counter: d = max(d, counter −
+// now) when the counter is above the clock (see mint).
 //
-// KEYS: counter (as KEYS[2] of the other scripts: KEYS[1] is unused).
-// ARGV: target, counter idle ms. Returns the counter ("0" when there is
-// none and the target is 0).
+// KEYS: lock (unused), counter, offset. ARGV: target, counter idle ms.
+// Returns the counter ("0" when there is none and the target is 0).
 var healScript = redis.NewScript(decimal + `
+local _, _, nowstr = clock()
 local c = redis.call('GET', KEYS[2])
 if c and not canon(c, MAX) then return badCounter(c) end
+local d = redis.call('GET', KEYS[3])
+if d and not canon(d, MAX) then return badOffset(KEYS[3], d) end
 if not c or lt(c, ARGV[1]) then c = ARGV[1] end
 if c == '0' then return '0' end
 redis.call('SET', KEYS[2], c, 'PX', ARGV[2])
+if lt(nowstr, c) then
+  local nd = sub(c, nowstr)
+  if not d or lt(d, nd) then d = nd end
+end
+if d then redis.call('SET', KEYS[3], d, 'PX', ARGV[2]) end
 return c
 `)
 
 // issuedScript returns an upper bound of every token granted for the key:
-// the counter, or the server clock when that is larger (a counter that
-// expired or was lost was at most the clock when it was last written).
+// the counter, or the clock floor (now + heal offset, at most MaxToken)
+// when that is larger (a counter that expired or was lost was at most the
+// floor when it was last written).
 //
-// KEYS: lock (unused), counter. Returns the bound as a decimal string.
+// KEYS: lock (unused), counter, offset. Returns the bound as a decimal
+// string.
 var issuedScript = redis.NewScript(decimal + `
-local _, _, nowstr = clock()
-local c = redis.call('GET', KEYS[2])
-if not c then return nowstr end
-if not canon(c, MAX) then return badCounter(c) end
-if lt(nowstr, c) then return c end
-return nowstr
+return bound(KEYS[2], KEYS[3])
 `)
 
 // currentScript is the Sequencer's answer: the token in the lock's value
-// while it is held; else the counter, or the server clock when that is
-// larger — at least every token granted so far and at most the next grant's
-// (which is max(counter + 1, clock)).
+// while it is held; else the counter, or the clock floor (now + heal
+// offset, at most MaxToken) when that is larger — at least every token
+// granted so far and at most the next grant's (which is max(counter + 1,
+// floor)).
 //
-// KEYS: lock, counter. Returns a decimal string.
+// KEYS: lock, counter, offset. Returns a decimal string.
 var currentScript = redis.NewScript(decimal + `
 local v = redis.call('GET', KEYS[1])
 if v then
   local tok = string.match(v, '|(%d+)$')
   if tok and canon(tok, MAX) then return tok end
 end
-local _, _, nowstr = clock()
-local c = redis.call('GET', KEYS[2])
-if not c then return nowstr end
-if not canon(c, MAX) then return badCounter(c) end
-if lt(nowstr, c) then return c end
-return nowstr
+return bound(KEYS[2], KEYS[3])
 `)
 
 // claimScript is the Fence's check-and-advance on canonical decimal

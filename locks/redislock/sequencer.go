@@ -94,7 +94,7 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 	if err := checkSlot(c, prefix, key); err != nil {
 		return 0, err
 	}
-	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).all[:2]).Text()
+	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).bound()).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: current %q: %w", key, err)
 	}
