@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,44 +57,76 @@ func grants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *redis.
 	return toks
 }
 
+// serverMicros reads the server's clock in µs.
+func serverMicros(t *testing.T, ctx context.Context, c *redis.Client) token.Token {
+	t.Helper()
+	tm, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token.Token(tm.UnixMicro())
+}
+
+// healedGrants heals key to target, grants it n times (acquires and
+// hand-overs) and checks the tokens: strictly increasing, above target,
+// and each exactly the server clock at its grant plus the heal offset d
+// (d = target − the clock at the heal, stored in the offset key): the
+// token minus d lies within the server clock before and after the grants.
+func healedGrants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *redis.Client, prefix, key string, target token.Token, n int) {
+	t.Helper()
+	before := serverMicros(t, ctx, c)
+	if got, err := a.Heal(ctx, key, target); err != nil || got != target {
+		t.Fatalf("Heal(%d) = %d, %v", target, got, err)
+	}
+	dkey := prefix + "{" + key + "}:tokd"
+	ds := c.Get(ctx, dkey).Val()
+	d, err := token.Parse(ds)
+	if err != nil || d == 0 || target-d < before {
+		t.Fatalf("offset %q after Heal(%d) at server time ≥ %d: want target − the heal's clock", ds, target, before)
+	}
+	toks := grants(t, ctx, a, b, c, prefix, key, n)
+	after := serverMicros(t, ctx, c)
+	for i, tok := range toks {
+		if tok <= target || (i > 0 && tok <= toks[i-1]) {
+			t.Fatalf("healed to %d: tokens %v not strictly increasing above it", target, toks)
+		}
+		if at := tok - d; at < before || at > after {
+			t.Errorf("grant %d: token %d − offset %d = %d, not a server clock reading in [%d, %d]", i, tok, d, at, before, after)
+		}
+	}
+	if got := c.Get(ctx, dkey).Val(); got != ds {
+		t.Errorf("offset %q after the grants, want %q unchanged (every token came from the clock floor)", got, ds)
+	}
+	is, err := a.Issued(ctx, key)
+	if err != nil || is < toks[len(toks)-1] || is-d > serverMicros(t, ctx, c) {
+		t.Fatalf("Issued = %d, %v; want at least the last token %d and at most the floor now", is, err, toks[len(toks)-1])
+	}
+}
+
 // The reproduction: healed to 2^53−2, successive grants got
-// …991, …992, …992, …992 in Lua doubles. Every grant, by acquire or
-// hand-over, must get the next integer exactly.
+// …991, …992, …992, …992 in Lua doubles. Healed tokens are the server
+// clock plus the heal offset, in decimal strings: every grant, by acquire
+// or hand-over, gets a distinct, strictly larger token, exactly the clock
+// plus the offset — past 2^53 and just below the ceiling, where a double's
+// neighbours are 2^10 apart. (The digit arithmetic itself is checked
+// exactly, with a chosen clock, in TestMintOffsetEdges and
+// TestDecimalAddSubExact.)
 func TestTokensExactPast2To53(t *testing.T) {
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)
 	a := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	b := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
-	const start = 1<<53 - 2
-	if got, err := a.Heal(ctx, "k", start); err != nil || got != start {
-		t.Fatalf("Heal(2^53-2) = %d, %v", got, err)
-	}
-	toks := grants(t, ctx, a, b, c, db.Prefix, "k", 8)
-	for i, tok := range toks {
-		if want := token.Token(start + 1 + i); tok != want {
-			t.Fatalf("grant %d got token %d, want %d (tokens %v)", i, tok, want, toks)
-		}
-	}
-	if is, err := a.Issued(ctx, "k"); err != nil || is != toks[len(toks)-1] {
-		t.Fatalf("Issued = %d, %v; want exactly the last token %d", is, err, toks[len(toks)-1])
-	}
-	// Higher up, where a double's neighbours are 2^11 apart.
-	const high = 1<<63 - 1<<20
-	if _, err := a.Heal(ctx, "k", high); err != nil {
-		t.Fatal(err)
-	}
-	for i, tok := range grants(t, ctx, a, b, c, db.Prefix, "k", 4) {
-		if want := token.Token(high + 1 + i); tok != want {
-			t.Fatalf("grant %d after Heal(%d) got token %d, want %d", i, uint64(high), tok, want)
-		}
-	}
+	healedGrants(t, ctx, a, b, c, db.Prefix, "k", 1<<53-2, 8)
+	// Higher up; 2^26 µs (67 s) of clock left below the ceiling.
+	healedGrants(t, ctx, a, b, c, db.Prefix, "k", 1<<63-1<<26, 4)
 }
 
-// At the ceiling: Heal(MaxToken−1) lets exactly one more grant through,
-// with MaxToken; the next, by acquire or by hand-over, fails with a
-// RangeError and leaves nothing granted or queued; Heal refuses the
-// ceiling. Deleting the counter is the way back.
+// At the ceiling: a counter at MaxToken−1 (no offset: as an old client's
+// heal leaves it) lets exactly one more grant through, with MaxToken; the
+// next, by acquire or by hand-over, fails with a RangeError and leaves
+// nothing granted or queued; Heal refuses the ceiling. Deleting the
+// counter and its offset is the way back.
 func TestTokenCeiling(t *testing.T) {
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)
@@ -118,12 +151,12 @@ func TestTokenCeiling(t *testing.T) {
 	if n := c.Exists(ctx, counter).Val(); n != 0 {
 		t.Fatal("a refused Heal wrote the counter")
 	}
-	if got, err := a.Heal(ctx, "k", redislock.MaxHeal); err != nil || got != redislock.MaxToken-1 {
-		t.Fatalf("Heal(MaxHeal) = %d, %v", got, err)
+	if err := c.Set(ctx, counter, (redislock.MaxToken - 1).String(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
 	}
 	h, err := a.Acquire(ctx, "k", time.Minute)
 	if err != nil || h.Token() != redislock.MaxToken {
-		t.Fatalf("the grant after Heal(MaxToken-1): %v, %v; want token %d", h, err, redislock.MaxToken)
+		t.Fatalf("the grant after the counter at MaxToken-1: %v, %v; want token %d", h, err, redislock.MaxToken)
 	}
 	if is, err := a.Issued(ctx, "k"); err != nil || is != redislock.MaxToken {
 		t.Fatalf("Issued = %d, %v", is, err)
@@ -154,10 +187,10 @@ func TestTokenCeiling(t *testing.T) {
 	if got, err := a.Heal(ctx, "k", 5); err != nil || got != redislock.MaxToken {
 		t.Fatalf("Heal(5) at the ceiling = %d, %v; want the counter unchanged", got, err)
 	}
-	// The operator's way back: delete the counter (and reset the marks
-	// the high tokens left; see the package doc). The next token comes
-	// from the clock.
-	if err := c.Del(ctx, counter).Err(); err != nil {
+	// The operator's way back: delete the counter and its offset (and
+	// reset the marks the high tokens left; see the package doc). The next
+	// token comes from the clock.
+	if err := c.Del(ctx, counter, counter+"d").Err(); err != nil {
 		t.Fatal(err)
 	}
 	l, err := a.Acquire(ctx, "k", time.Minute)
@@ -239,4 +272,126 @@ func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
 		t.Fatalf("Current = %d, %v; want the lock's %d", cur, err, lease.Token()+7)
 	}
 	c.Del(ctx, lockKey)
+}
+
+// A healed key near the ceiling: its tokens run d = target − the heal's
+// clock ahead of the clock, so they reach MaxToken (MaxToken − target) µs
+// after the heal, and grants then fail with a RangeError (rather than
+// mint a token a lost grant may have had: see TestHealedTokenGrowsAcrossLostGrant).
+// Healed to MaxHeal, the very next grant is refused; Issued and Current
+// stay at MaxToken; deleting the counter and the offset is the way back.
+func TestHealOffsetCeiling(t *testing.T) {
+	db := servers.Redis(t)
+	c := newClient(t, db.Addr)
+	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
+	ctx := ctxFor(t, time.Minute)
+	counter := db.Prefix + "{k}:tok"
+
+	// Two seconds of clock left: one grant below the ceiling, then none.
+	target := redislock.MaxToken - 2_000_000
+	if _, err := l.Heal(ctx, "k", target); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.Acquire(ctx, "k", time.Minute)
+	if err != nil || h.Token() <= target {
+		t.Fatalf("the grant after Heal(MaxToken − 2s): %v, %v", h, err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	for _, what := range []string{"two seconds later", "Heal(MaxHeal)"} {
+		if what == "Heal(MaxHeal)" {
+			if _, err := l.Heal(ctx, "k", redislock.MaxHeal); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err = l.TryAcquire(ctx, "k", time.Minute)
+		var re *token.RangeError
+		if !errors.As(err, &re) || re.Max != redislock.MaxToken {
+			t.Fatalf("%s: TryAcquire = %v, want a RangeError", what, err)
+		}
+		if c.Exists(ctx, db.Prefix+"{k}").Val() != 0 {
+			t.Fatalf("%s: a refused acquire left the lock granted", what)
+		}
+		if is, err := l.Issued(ctx, "k"); err != nil || is != redislock.MaxToken {
+			t.Fatalf("%s: Issued = %d, %v; want MaxToken", what, is, err)
+		}
+		if cur, err := l.Current(ctx, "k"); err != nil || cur != redislock.MaxToken {
+			t.Fatalf("%s: Current = %d, %v; want MaxToken", what, cur, err)
+		}
+	}
+	if err := c.Del(ctx, counter, counter+"d").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h, err = l.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire after deleting the counter and the offset: %v", err)
+	}
+	if now := token.Token(time.Now().UnixMicro()); h.Token() > now+token.Token(time.Hour.Microseconds()) {
+		t.Errorf("token %d after deleting the counter and the offset, want the clock's", h.Token())
+	}
+	_ = h.Release(ctx)
+}
+
+// The failover of review19, on one node: after a heal above the clock, a
+// grant is lost (the counter, the offset and the lock put back as they
+// were before it, as a replica that had not received it has them) and
+// the key is granted again. The second token is above the lost one: it
+// comes from the clock plus the heal offset, and the clock moved on.
+// Control: the same with the offset missing (the counter healed as the
+// package did before offsets, or by an old client) — the second grant
+// repeats the lost grant's token, and a fence admits both holders.
+func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
+	db := servers.Redis(t)
+	c := newClient(t, db.Addr)
+	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
+	ctx := ctxFor(t, time.Minute)
+	for _, withOffset := range []bool{true, false} {
+		key := fmt.Sprint("lost-", withOffset)
+		lockKey, counter, offset := db.Prefix+"{"+key+"}", db.Prefix+"{"+key+"}:tok", db.Prefix+"{"+key+"}:tokd"
+		target := token.Token(time.Now().Add(time.Minute).UnixMicro()) // a mark above the clock
+		if _, err := l.Heal(ctx, key, target); err != nil {
+			t.Fatal(err)
+		}
+		if !withOffset {
+			c.Del(ctx, offset)
+		}
+		// What the replica has: the state after the heal.
+		snap := map[string]string{}
+		for _, k := range []string{counter, offset} {
+			if v, err := c.Get(ctx, k).Result(); err == nil {
+				snap[k] = v
+			}
+		}
+		a, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence := &token.MemoryFence{}
+		if err := fence.Claim(ctx, "res", a.Token()); err != nil {
+			t.Fatal(err)
+		}
+		// The failover loses A's grant.
+		c.Del(ctx, lockKey, counter, offset)
+		for k, v := range snap {
+			c.Set(ctx, k, v, time.Hour)
+		}
+		time.Sleep(time.Millisecond)
+		b, err := l.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("offset kept %v: lost grant's token %d, the next grant's %d", withOffset, a.Token(), b.Token())
+		bErr := fence.Claim(ctx, "res", b.Token())
+		aErr := fence.Claim(ctx, "res", a.Token())
+		if withOffset {
+			if b.Token() <= a.Token() || bErr != nil || aErr == nil {
+				t.Errorf("the grant after the lost one got token %d (lost %d): B's claim %v, A's claim after it %v; want B larger and A refused", b.Token(), a.Token(), bErr, aErr)
+			}
+		} else if b.Token() != a.Token() || bErr != nil || aErr != nil {
+			t.Errorf("control: without the offset the next grant got %d (lost %d), claims B %v, A %v; want the lost token repeated and both admitted", b.Token(), a.Token(), bErr, aErr)
+		}
+		_ = b.Release(ctx)
+	}
 }
