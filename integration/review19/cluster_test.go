@@ -142,10 +142,13 @@ func TestDefectClusterLockDuringMigration(t *testing.T) {
 // counter healed above the clock (as Heal's doc says to, after a
 // StaleError), the grant replicated nowhere (the master's replication link
 // blackholed), the master killed and its replica promoted. The second grant
-// repeats the lost grant's token and the redislock Fence (with Replicas, on
-// another master) admits both holders.
+// repeated the lost grant's token and the redislock Fence (with Replicas,
+// on another master) admitted both holders. Fixed by the heal offset
+// (tokens max(counter + 1, clock + d)); held since, it runs by default.
+// Control, in the same failover: a second lock on the same master healed
+// without the offset (what the package did before, or an old client does)
+// repeats the token, and the Fence admits both of its holders.
 func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
-	defect(t, "redislock on Cluster: after Heal (counter above the clock) a kill-failover that loses a grant re-issues the same token; the Fence with Replicas admits both holders")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
@@ -165,31 +168,47 @@ func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The resource's mark on another master, acknowledged by its replica.
-	res := "res"
+	// The control lock, on the same master.
+	legacy := ""
 	for i := 0; ; i++ {
-		res = fmt.Sprintf("res%d", i)
-		if fm, err := c.MasterForKey(ctx, "fenceguard:fence:{"+res+"}"); err == nil && fm != m {
+		legacy = fmt.Sprintf("legacy%d", i)
+		if lm, err := c.MasterForKey(ctx, redislock.DefaultPrefix+"{"+legacy+"}"); err == nil && lm == m {
 			break
 		}
 	}
+	// The resources' marks on other masters, acknowledged by their replicas.
+	var resources []string
+	for i := 0; len(resources) < 2; i++ {
+		res := fmt.Sprintf("res%d", i)
+		if fm, err := c.MasterForKey(ctx, "fenceguard:fence:{"+res+"}"); err == nil && fm != m {
+			resources = append(resources, res)
+		}
+	}
+	res, resL := resources[0], resources[1]
 	fence := redislock.NewFence(ca, redislock.FenceOptions{Replicas: 1})
 	forged := token.Token(time.Now().Add(time.Minute).UnixMicro())
-	if err := fence.Claim(ctx, res, forged); err != nil {
-		t.Fatalf("a forged claim within the skew: %v", err)
-	}
-	h0, err := la.TryAcquire(ctx, name, 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	for _, r := range resources {
+		if err := fence.Claim(ctx, r, forged); err != nil {
+			t.Fatalf("a forged claim within the skew: %v", err)
+		}
 	}
 	var se *token.StaleError
-	if err := fence.Claim(ctx, res, h0.Token()); !errors.As(err, &se) {
-		t.Fatalf("honest claim: %v, want StaleError", err)
+	for i, n := range []string{name, legacy} {
+		h0, err := la.TryAcquire(ctx, n, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.Claim(ctx, resources[i], h0.Token()); !errors.As(err, &se) {
+			t.Fatalf("honest claim: %v, want StaleError", err)
+		}
+		if _, err := la.Heal(ctx, n, se.Current); err != nil {
+			t.Fatal(err)
+		}
+		if err := h0.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := la.Heal(ctx, name, se.Current); err != nil {
-		t.Fatal(err)
-	}
-	if err := h0.Release(ctx); err != nil {
+	if err := ca.Del(ctx, redislock.DefaultPrefix+"{"+legacy+"}:tokd").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitHealthy(ctx); err != nil { // replicas synced
@@ -205,12 +224,25 @@ func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
 	if err := fence.Claim(ctx, res, a.Token()); err != nil {
 		t.Fatalf("A's claim: %v", err)
 	}
+	aL, err := la.TryAcquire(ctx, legacy, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, resL, aL.Token()); err != nil {
+		t.Fatalf("A's claim (control): %v", err)
+	}
 	if _, err := c.KillFailover(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	lb := newLocker(t, newClient())
 	b := acquireRetry(ctx, t, lb, name, 20*time.Second)
+	bL := acquireRetry(ctx, t, lb, legacy, 20*time.Second)
+	defer func() {
+		_ = b.Release(ctx)
+		_ = bL.Release(ctx)
+	}()
 	t.Logf("lost grant's token %d, the grant after the failover %d", a.Token(), b.Token())
+	t.Logf("control (healed without offset): lost grant's token %d, the grant after the failover %d", aL.Token(), bL.Token())
 	if b.Token() <= a.Token() {
 		t.Errorf("the grant after the failover got token %d, not above the lost grant's %d", b.Token(), a.Token())
 	}
@@ -220,7 +252,16 @@ func TestDefectClusterHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
 	if err := fence.Claim(ctx, res, a.Token()); err == nil {
 		t.Errorf("the Fence (Replicas 1) admitted the stale holder A (token %d) after B (token %d) had claimed: two holders admitted", a.Token(), b.Token())
 	}
-	_ = b.Release(ctx)
+	// The control.
+	if bL.Token() != aL.Token() {
+		t.Errorf("control: without the offset the token changed (%d → %d); the control no longer shows the repeat", aL.Token(), bL.Token())
+	}
+	if err := fence.Claim(ctx, resL, bL.Token()); err != nil {
+		t.Errorf("control: B's claim: %v", err)
+	}
+	if err := fence.Claim(ctx, resL, aL.Token()); err != nil {
+		t.Errorf("control: A's claim after B's was refused (%v); the control no longer shows both admitted", err)
+	}
 }
 
 // Held: FenceOptions.Replicas on a Cluster. A claim made while the mark's

@@ -3,16 +3,24 @@
 // ensemble, written against the public API and the harness only, by a
 // reviewer who had not read the authors' tests. It is all tests.
 //
-// Tests named TestDefect* reproduce defects the review found; they skip
-// unless -review19.defects is given (go test ./review19 -args
-// -review19.defects) and fail on the code they were written against:
+// Tests named TestDefect* reproduce defects the review found; those of
+// defects not fixed yet skip unless -review19.defects is given (go test
+// ./review19 -args -review19.defects) and fail on the code they were
+// written against. Fixed, and run by default as held claims:
 //
 //   - TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover and
 //     TestDefectClusterHealedCounterRepeatsTokenAcrossFailover: after
 //     Locker.Heal (which puts the counter above the server clock, by
-//     design), a failover that loses a grant mints the lost grant's token
+//     design), a failover that lost a grant minted the lost grant's token
 //     again for the next holder; every fence accepts an equal token, so
-//     both holders are admitted (the Fence with Replicas too).
+//     both holders were admitted (the Fence with Replicas too). Fixed by
+//     the heal offset (redislock: tokens max(counter + 1, clock + d), d
+//     recorded by Heal); each test's control is a key healed without the
+//     offset, whose token still repeats (TestHeldSentinelFailoverTokenGrows
+//     for Sentinel).
+//
+// Not fixed yet (gated):
+//
 //   - TestDefectZKLeaseOutlivesPartitionedMember: a zklock holder whose
 //     member is cut off from the quorum keeps renewing from the member's
 //     stale copy (Renew is an Exists the member answers) for seconds after

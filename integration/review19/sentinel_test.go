@@ -61,29 +61,31 @@ func acquireRetry(ctx context.Context, t *testing.T, l locks.Locker, key string,
 // resource's StaleError.Current — here a mark a forger raised within
 // ClockBound's skew, which the token docs admit). The doc says the second
 // grant's token is larger, "so a fence at the resource refuses the first
-// holder". The token is max(counter + 1, TIME): with the counter above the
-// clock, the new primary's lagging counter mints exactly the token of the
+// holder". The token was max(counter + 1, TIME): with the counter above the
+// clock, the new primary's lagging counter minted exactly the token of the
 // lost grant, and every fence accepts an equal token as the same holder.
-//
-// The same failover checks the claim that holds: a key whose counter was
-// never healed gets a larger token after the failover (clock floor), and the
-// fence refuses its stale holder.
+// Fixed: a heal records an offset d (healed value − clock), tokens are
+// max(counter + 1, clock + d) and grow with the clock, so the new primary's
+// later clock takes the next token past the lost one. Held since; it runs
+// by default.
 func TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover(t *testing.T) {
-	defect(t, "redislock: after Heal (counter above the clock) a Sentinel failover that loses a grant re-issues the same token to a second holder; every fence admits both")
-	runHealedFailover(t, true)
-}
-
-// Held: across a Sentinel failover that loses the last grant, the next grant
-// of a key whose counter follows the clock gets a larger token, and a fence
-// refuses the first holder once the second wrote. The control is the healed
-// key of the same run: its counter is above the clock, the clock floor does
-// not apply, and the token repeats (logged here, failed on in the defect
-// test).
-func TestHeldSentinelFailoverTokenGrows(t *testing.T) {
 	runHealedFailover(t, false)
 }
 
-func runHealedFailover(t *testing.T, checkHealed bool) {
+// Held: across a Sentinel failover that loses the last grant, the next grant
+// of a key gets a larger token, and a fence refuses the first holder once
+// the second wrote — for a key whose counter follows the clock and for a key
+// healed above the clock (the heal offset). The control is a third key of
+// the same run healed the way the package healed before offsets (the
+// counter raised, no offset key: what an old client's Heal leaves): its
+// counter is above the clock, tokens come from counter + 1, and the token
+// repeats across the failover (logged here, failed on when it does not).
+func TestHeldSentinelFailoverTokenGrows(t *testing.T) {
+	runHealedFailover(t, true)
+}
+
+// runHealedFailover runs the failover; control adds the legacy key's check.
+func runHealedFailover(t *testing.T, control bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := servers.NewRedisSentinel(t)
@@ -99,34 +101,45 @@ func runHealedFailover(t *testing.T, checkHealed bool) {
 		t.Fatalf("forged claim within the skew: %v", err)
 	}
 	// An honest holder is refused and heals, as the package says.
-	h0 := acquireRetry(ctx, t, la, "healed", ttl)
-	err := fence.Claim(ctx, "res", h0.Token())
 	var se *token.StaleError
-	if !errors.As(err, &se) {
-		t.Fatalf("honest claim after the forged mark: %v, want a StaleError", err)
+	for _, key := range []string{"healed", "legacy"} {
+		h0 := acquireRetry(ctx, t, la, key, ttl)
+		err := fence.Claim(ctx, "res", h0.Token())
+		if !errors.As(err, &se) {
+			t.Fatalf("honest claim after the forged mark: %v, want a StaleError", err)
+		}
+		if _, err := la.Heal(ctx, key, se.Current); err != nil {
+			t.Fatal(err)
+		}
+		if err := h0.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := la.Heal(ctx, "healed", se.Current); err != nil {
-		t.Fatal(err)
-	}
-	if err := h0.Release(ctx); err != nil {
+	// The control key: healed without the offset.
+	if err := ca.Del(ctx, redislock.DefaultPrefix+"{legacy}:tokd").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.WaitSynced(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	// Replication stalls; A is granted both locks on the primary only.
+	// Replication stalls; A is granted the locks on the primary only.
 	if err := s.StallReplication(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a := acquireRetry(ctx, t, la, "healed", ttl)
 	a2 := acquireRetry(ctx, t, la, "plain", ttl)
+	a3 := acquireRetry(ctx, t, la, "legacy", ttl)
 	if err := fence.Claim(ctx, "res", a.Token()); err != nil {
 		t.Fatalf("A's first claim: %v", err)
 	}
 	mf2 := &token.MemoryFence{}
 	if err := mf2.Claim(ctx, "res2", a2.Token()); err != nil {
 		t.Fatalf("A's claim on res2: %v", err)
+	}
+	mf3 := &token.MemoryFence{}
+	if err := mf3.Claim(ctx, "res3", a3.Token()); err != nil {
+		t.Fatalf("A's claim on res3: %v", err)
 	}
 	if _, _, err := s.KillPrimary(ctx); err != nil {
 		t.Fatal(err)
@@ -137,10 +150,17 @@ func runHealedFailover(t *testing.T, checkHealed bool) {
 	lb := newLocker(t, cb)
 	b := acquireRetry(ctx, t, lb, "healed", ttl)
 	b2 := acquireRetry(ctx, t, lb, "plain", ttl)
+	b3 := acquireRetry(ctx, t, lb, "legacy", ttl)
 	t.Logf("healed key: A token %d (before the failover), B token %d (after)", a.Token(), b.Token())
 	t.Logf("plain key:  A token %d, B token %d", a2.Token(), b2.Token())
+	t.Logf("legacy key (healed without offset, the control): A token %d, B token %d", a3.Token(), b3.Token())
+	defer func() {
+		_ = b.Release(ctx)
+		_ = b2.Release(ctx)
+		_ = b3.Release(ctx)
+	}()
 
-	// The held claim: without a heal, B's token is larger and A is refused.
+	// Without a heal, B's token is larger and A is refused.
 	if b2.Token() <= a2.Token() {
 		t.Errorf("plain key: B's token %d is not above A's %d", b2.Token(), a2.Token())
 	}
@@ -150,18 +170,7 @@ func runHealedFailover(t *testing.T, checkHealed bool) {
 	if err := mf2.Claim(ctx, "res2", a2.Token()); !errors.As(err, &se) {
 		t.Errorf("plain key: A's claim after B's: %v, want StaleError", err)
 	}
-
-	// The broken one.
-	if !checkHealed {
-		if b.Token() <= a.Token() {
-			t.Logf("control (healed counter): token after the failover %d, lost grant's %d: repeated", b.Token(), a.Token())
-		} else {
-			t.Errorf("control: the healed key's token grew (%d > %d); the control no longer shows the repeat", b.Token(), a.Token())
-		}
-		_ = b.Release(ctx)
-		_ = b2.Release(ctx)
-		return
-	}
+	// Healed: the same, through the offset.
 	if b.Token() <= a.Token() {
 		t.Errorf("healed key: the grant after the failover got token %d, the lost grant had %d: not larger", b.Token(), a.Token())
 	}
@@ -171,8 +180,22 @@ func runHealedFailover(t *testing.T, checkHealed bool) {
 	if err := fence.Claim(ctx, "res", a.Token()); err == nil {
 		t.Errorf("healed key: the fence admitted the stale holder A (token %d) after B (token %d) had written: two holders admitted at once", a.Token(), b.Token())
 	}
-	_ = b.Release(ctx)
-	_ = b2.Release(ctx)
+	if !control {
+		return
+	}
+	// The control: without the offset the token repeats and the fence
+	// admits both holders.
+	if b3.Token() != a3.Token() {
+		t.Errorf("control: the legacy key's token changed (%d → %d); the control no longer shows the repeat", a3.Token(), b3.Token())
+	}
+	if err := mf3.Claim(ctx, "res3", b3.Token()); err != nil {
+		t.Errorf("control: B's claim: %v", err)
+	}
+	if err := mf3.Claim(ctx, "res3", a3.Token()); err != nil {
+		t.Errorf("control: A's claim after B's was refused (%v); the control no longer shows both admitted", err)
+	} else {
+		t.Logf("control (healed without offset): token after the failover %d, lost grant's %d: repeated, both holders admitted", b3.Token(), a3.Token())
+	}
 }
 
 // The Sequencer's promise (package doc, "Forged tokens: the Sequencer"): "a
