@@ -35,7 +35,7 @@ import (
 func init() {
 	registerAttack(attack{
 		Name: "edges/lockers",
-		About: "redislock (acquire and hand-over) and redlock (5 nodes) healed to 2^53−3 and to 2^63−3 below the ceiling 2^63−1: every grant's token exact, " +
+		About: "redislock (acquire and hand-over; tokens the server clock plus the heal offset) and redlock (5 nodes) healed to 2^53−3 and just below the ceiling 2^63−1: every grant's token exact, " +
 			"and the previous holder's token presented after the next grant's (attempts; also acquires and heals past the ceiling, which must fail with a RangeError). " +
 			"memlock has no heal: its counter cannot get there. Control: the old Lua double scripts (redislock's %.0f mint, redlock's tonumber write-back) on the same nodes repeat tokens",
 		Rounds: 2,
@@ -202,9 +202,15 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 		key := fmt.Sprint("edge", round)
 
 		// redislock: plain acquires and hand-overs to a queued waiter.
+		// Healed tokens are the server clock plus the heal offset d
+		// (target − the clock at the heal): exact means each token minus
+		// d is a reading of the server clock during the grants.
+		before := edgeServerMicros(ctx, t, rc)
 		if got, err := ra.Heal(ctx, key, start); err != nil || got != start {
 			t.Fatalf("redislock: Heal(2^53−3) = %d, %v", got, err)
 		}
+		d := edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+key+"}:tokd", start, before)
+		var toks []token.Token
 		g := newEdgeGrants("redislock/"+key, false)
 		queue := db.Prefix + "lock:{" + key + "}:q"
 		for i := 0; i < 6; i += 2 {
@@ -212,7 +218,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			if err != nil {
 				t.Fatalf("redislock: grant %d: %v", i, err)
 			}
-			edgeExact(t, "redislock acquire", h.Token(), start+1+token.Token(i))
+			toks = append(toks, h.Token())
 			g.grant(ctx, s, h.Token())
 			type acquired struct {
 				tok token.Token
@@ -238,7 +244,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			if w.err != nil {
 				t.Fatalf("redislock: hand-over %d: %v", i+1, w.err)
 			}
-			edgeExact(t, "redislock hand-over", w.tok, start+2+token.Token(i))
+			toks = append(toks, w.tok)
 			g.grant(ctx, s, w.tok)
 			if is, err := ra.Issued(ctx, key); err != nil || is < w.tok {
 				t.Errorf("redislock: Issued = %d, %v after granting %d", is, err, w.tok)
@@ -247,24 +253,36 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 				t.Fatal(err)
 			}
 		}
-		// The ceiling: healed to 2^63−3, grants 2^63−2 and 2^63−1, then
-		// nothing; heals to the ceiling and past it refused.
+		edgeHealed(t, "redislock past 2^53 (acquires, hand-overs)", toks, start, d, before, edgeServerMicros(ctx, t, rc))
+		// The ceiling: healed to 2^63−3 − 1s, grants below 2^63−1 for a
+		// second of clock; then, healed to 2^63−2, nothing (the floor is
+		// past the ceiling a µs after); heals to the ceiling and past it
+		// refused.
 		top := key + "-top"
-		if _, err := ra.Heal(ctx, top, edge63-2); err != nil {
-			t.Fatalf("redislock: Heal(2^63−3): %v", err)
+		const topTarget = edge63 - 2 - 1_000_000
+		before = edgeServerMicros(ctx, t, rc)
+		if _, err := ra.Heal(ctx, top, topTarget); err != nil {
+			t.Fatalf("redislock: Heal(2^63−3 − 1s): %v", err)
 		}
+		d = edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+top+"}:tokd", topTarget, before)
+		toks = toks[:0]
 		gt := newEdgeGrants("redislock/"+top, false)
 		for i := range 2 {
 			h, err := ra.Acquire(ctx, top, ttl)
 			if err != nil {
 				t.Fatalf("redislock: grant %d below the ceiling: %v", i, err)
 			}
-			edgeExact(t, "redislock at the ceiling", h.Token(), edge63-1+token.Token(i))
+			toks = append(toks, h.Token())
 			gt.grant(ctx, s, h.Token())
 			if err := h.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
+		edgeHealed(t, "redislock below the ceiling", toks, topTarget, d, before, edgeServerMicros(ctx, t, rc))
+		if _, err := ra.Heal(ctx, top, redislock.MaxHeal); err != nil {
+			t.Fatalf("redislock: Heal(2^63−2): %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
 		l, err := ra.Acquire(ctx, top, ttl)
 		if err == nil {
 			l.Release(ctx)
@@ -357,6 +375,43 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			g.grant(ctx, s, tok)
 		}
 		s.Add(func(s *attackStats) { s.Runs++ })
+	}
+}
+
+// edgeServerMicros reads the server clock in µs.
+func edgeServerMicros(ctx context.Context, t *testing.T, c *redis.Client) token.Token {
+	t.Helper()
+	tm, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token.Token(tm.UnixMicro())
+}
+
+// edgeOffset reads redislock's heal offset for a key healed to target at
+// a server time after before: target − the clock at the heal.
+func edgeOffset(ctx context.Context, t *testing.T, c *redis.Client, key string, target, before token.Token) token.Token {
+	t.Helper()
+	d := edgeParse(t, c.Get(ctx, key).Val())
+	if d == 0 || d >= target || target-d < before {
+		t.Fatalf("redislock: heal offset %d for target %d healed after server time %d", d, target, before)
+	}
+	return d
+}
+
+// edgeHealed checks redislock's tokens after a heal to target with offset
+// d: strictly increasing above target, each exactly a server clock reading
+// in [before, after] plus d.
+func edgeHealed(t *testing.T, what string, toks []token.Token, target, d, before, after token.Token) {
+	t.Helper()
+	for i, tok := range toks {
+		if tok <= target || (i > 0 && tok <= toks[i-1]) || tok > edge63 {
+			t.Errorf("%s: tokens %v, want strictly increasing in (%d, 2^63−1]", what, toks, target)
+			return
+		}
+		if at := tok - d; at < before || at > after {
+			t.Errorf("%s: token %d − offset %d = %d, not a server clock reading in [%d, %d]", what, tok, d, at, before, after)
+		}
 	}
 }
 
