@@ -14,8 +14,9 @@
 // falls back to EVAL on NOSCRIPT), so each is one round trip:
 //
 //   - acquire: if the lock is free, token = max(counter + 1, server TIME in
-//     µs), written to the counter with an idle expiry, and the lock set to
-//     "id|token" with the lease's TTL;
+//     µs + d), d the key's heal offset (none, 0, unless the key was healed
+//     above the clock), written to the counter with an idle expiry, and the
+//     lock set to "id|token" with the lease's TTL;
 //   - renew: PEXPIRE only if the lock still holds this very grant (its id
 //     and token);
 //   - release: only if the lock still holds this very grant, hand it over
@@ -60,7 +61,7 @@
 // On one Redis node, the script that grants the lock also mints the token,
 // atomically; grants of a key are therefore strictly ordered and each gets a
 // token above the previous one: counter + 1, or the server's clock in
-// microseconds if that is larger.
+// microseconds (plus the heal offset, below) if that is larger.
 //
 // The counter can be lost: a failover to a replica that had not received
 // the last writes (Redis replication is asynchronous), a restart without
@@ -76,6 +77,25 @@
 // holder gets a [token.StaleError] carrying the resource's high-water, and
 // [Locker.Heal] moves the counter past it.
 //
+// A heal puts the counter above the clock, where counter + 1 would not
+// grow with time, and the argument above would fail: a failover that lost
+// grant c + 1 would have the new primary mint c + 1 again, and every fence
+// admits an equal token as the same holder. So Heal also records the heal
+// offset d = healed value − now (key <prefix>{<key>}:tokd, with the
+// counter's idle expiry, never decreasing), and the floor becomes now + d:
+// healed tokens grow with the clock, d ahead of it, and the same argument
+// holds shifted by d — the new primary has the offset (the heal had
+// replicated) and its clock reads later, so its next token is above the
+// lost one. A token that still comes from counter + 1 (several grants in
+// one µs, a clock stepped back, a counter raised by an older version of
+// this package) raises d to token − now, so the next floor is above it
+// again. If the heal itself is lost (a failover right after it), tokens
+// fall back below the healed value and the resource refuses them as stale
+// (safe); the holder heals again. Lockers of versions before the offset
+// ignore the offset key: grants they mint count up from the counter, and a
+// failover that loses such a grant can repeat its token — upgrade every
+// client of a lock before relying on healed keys across failovers.
+//
 // The lock itself is only as good as Redis's: a failover to a lagging
 // replica can lose the lock key and grant it twice. That is what fencing is
 // for — the second grant carries a larger token, and the resource refuses
@@ -89,7 +109,7 @@
 // failover. What holds across a failover: a lock key the replica had
 // received is on the new primary — its lease keeps renewing and nobody
 // else is granted it — and tokens keep growing (the counter, or the new
-// primary's clock). What does not: a grant the replica had not received
+// primary's clock plus the heal offset, when the key was healed). What does not: a grant the replica had not received
 // when the old primary died is gone, so the lock is granted again while
 // the first holder still believes it holds it, until its next renewal
 // reports [locks.ErrNotHeld]. The second grant's token is larger, so a
@@ -110,15 +130,19 @@
 // The clock floor is about 2^50.6 (2026); only [Locker.Heal] brings a
 // counter near the ceiling, and it refuses targets at or above it
 // ([MaxHeal] = MaxToken − 1 is the largest), with an error wrapping
-// [locks.ErrInvalid] and a [*token.RangeError], so the grant after any heal
-// still gets a token. A counter at the ceiling grants nothing more: an
-// acquire fails with an error wrapping a [*token.RangeError], and so does a
-// waiter the release could not hand over to (the release frees the lock,
-// wakes the waiters, and each leaves the queue); nothing is left granted.
-// Nothing in the package moves a counter at the ceiling down: each failed
-// acquire puts it back and restarts its idle expiry, as a grant does. The
-// way out is an operator's: delete the counter key (<prefix>{<key>}:tok;
-// it also expires on its own CounterIdle after the last acquire). The next
+// [locks.ErrInvalid] and a [*token.RangeError]. A healed key's floor is
+// the clock plus the heal offset: it passes the ceiling (MaxToken − healed
+// value) µs after the heal — at once for a heal to MaxHeal. A counter at
+// the ceiling, or a floor past it, grants nothing more (rather than mint a
+// token a lost grant may have had): an acquire fails with an error
+// wrapping a [*token.RangeError], and so does a waiter the release could
+// not hand over to (the release frees the lock, wakes the waiters, and
+// each leaves the queue); nothing is left granted. Nothing in the package
+// moves a counter or an offset down: each failed acquire puts them back
+// and restarts their idle expiry, as a grant does. The way out is an
+// operator's: delete the counter key and the offset key
+// (<prefix>{<key>}:tok and <prefix>{<key>}:tokd; they also expire on
+// their own CounterIdle after the last acquire). The next
 // token then comes from the clock, far below the marks the high tokens
 // left at the resources, which refuse it as stale until the operator
 // resets them too ([Fence.Reset], or the resource's own) — to the new
@@ -131,17 +155,19 @@
 // there only by healing to a mark that was itself forged past a
 // [token.NoCheck].
 //
-// [Locker.Issued] is exact: the counter, or the clock when that is larger,
-// at least every token granted.
+// [Locker.Issued] is exact: the counter, or the floor (clock plus heal
+// offset, at most MaxToken) when that is larger, at least every token
+// granted.
 //
 // # Forged tokens: the Sequencer
 //
 // A token is a number, not a credential. [Sequencer] (and [Locker.Current],
 // the same on a Locker's client) implements [token.Sequencer]: it answers
 // the token of the current holder while the lock is held — the lock's value
-// carries it — and, while it is free, the counter or the clock, whichever
-// is larger: at least every token granted and at most the next. A waiter
-// has no token until a release mints one for it, so a resource that runs
+// carries it — and, while it is free, the counter or the clock floor
+// (the clock plus the heal offset), whichever is larger: at least every
+// token granted and at most the next. A waiter has no token until a
+// release mints one for it, so a resource that runs
 // [token.SequencerCheck] on it refuses every token not granted yet: a
 // forger can at most act as the current holder, never lock the holder or
 // the queue out. The answers for a key never decrease, on the same
@@ -186,8 +212,9 @@
 // three masters with a replica each (locks/redislock cluster tests,
 // integration/faults cells redis-cluster/*).
 //
-// Hash tags. Every key of a lock — the lock, its token counter, its queue
-// and the queue's deadlines — and its wake-up channel are named
+// Hash tags. Every key of a lock — the lock, its token counter and heal
+// offset, its queue and the queue's deadlines — and its wake-up channel
+// are named
 // <prefix>{<name>}…, so they share the slot of the name, and the master
 // that serves it runs every script of the lock atomically; locks of
 // different names spread over the masters. A Fence's mark is
@@ -222,10 +249,12 @@
 // of the lock unknown, as with any network error.
 //
 // Tokens keep growing across failovers: a promoted replica has the
-// counter as far as it had replicated, and the clock floor takes the next
-// token past whatever it had not (its clock reads later than the old
-// master's did at the lost grant, on the assumptions of "What the token
-// guarantees").
+// counter (and a healed key's offset) as far as it had replicated, and the
+// clock floor — clock plus offset — takes the next token past whatever it
+// had not (its clock reads later than the old master's did at the lost
+// grant, on the assumptions of "What the token guarantees", healed keys
+// included; the tests kill a master after a heal and a grant it never
+// replicated: the next token is larger, and without the offset it repeats).
 //
 // What a Cluster cannot promise: replication is asynchronous, so a grant
 // the master acknowledged but had not yet sent to its replica is lost when

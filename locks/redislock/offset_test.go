@@ -86,8 +86,9 @@ return {tok or '', why or '', v or ''}
 // mint with a chosen clock: max(counter + 1, now + d), exact at 2^53 and
 // up to 2^63−1; a floor past the ceiling mints nothing (a range refusal)
 // and leaves the counter as it was; a token from counter + 1 raises the
-// offset so the next floor is above it; an offset that is not a number in
-// 1..MaxToken fails.
+// offset so the next floor is above it; the offset is written with every
+// counter ("0": none); an offset that is not a number in 0..MaxToken
+// fails.
 func TestMintOffsetEdges(t *testing.T) {
 	db := servers.Redis(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
@@ -104,7 +105,8 @@ func TestMintOffsetEdges(t *testing.T) {
 		counterAfter    string
 		offsetAfter     string
 	}{
-		{name: "plain", now: now, tok: u(now), counterAfter: u(now)},
+		{name: "plain", now: now, tok: u(now), counterAfter: u(now), offsetAfter: "0"},
+		{name: "offset 0 (none)", counter: u(now - 5), offset: "0", now: now, tok: u(now), counterAfter: u(now), offsetAfter: "0"},
 		{name: "counter above the clock, no offset (an old client's heal)", counter: u(now + 60e6), now: now,
 			tok: u(now + 60e6 + 1), counterAfter: u(now + 60e6 + 1), offsetAfter: u(60e6 + 1)},
 		{name: "floor across 2^53", counter: u(1<<53 - 5), offset: u(1<<53 - now - 4), now: now + 5,
@@ -122,11 +124,11 @@ func TestMintOffsetEdges(t *testing.T) {
 		{name: "counter at the ceiling", counter: u(1<<63 - 1), offset: u(1<<63 - 1 - now - 50), now: now,
 			why: "range", counterAfter: u(1<<63 - 1), offsetAfter: u(1<<63 - 1 - now - 50)},
 		{name: "counter at the ceiling, no offset", counter: u(1<<63 - 1), now: now,
-			why: "range", counterAfter: u(1<<63 - 1)},
+			why: "range", counterAfter: u(1<<63 - 1), offsetAfter: "0"},
 		{name: "counter one below the ceiling, no offset", counter: u(1<<63 - 2), now: now,
 			tok: u(1<<63 - 1), counterAfter: u(1<<63 - 1), offsetAfter: u(1<<63 - 1 - now)},
 		{name: "bad offset letters", counter: u(7), offset: "abc", now: now, why: "badoff", counterAfter: u(7), offsetAfter: "abc"},
-		{name: "bad offset zero", offset: "0", now: now, why: "badoff", offsetAfter: "0"},
+		{name: "bad offset negative", offset: "-1", now: now, why: "badoff", offsetAfter: "-1"},
 		{name: "bad offset leading zero", offset: "012", now: now, why: "badoff", offsetAfter: "012"},
 		{name: "bad offset past MaxToken", offset: "9223372036854775808", now: now, why: "badoff", offsetAfter: "9223372036854775808"},
 	}

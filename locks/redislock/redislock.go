@@ -34,11 +34,18 @@ const MinTTL = time.Millisecond
 // treat tokens as decimal strings, exact over the whole range; a grant that
 // would go past MaxToken fails with an error wrapping a [*token.RangeError]
 // instead. The clock floor is far below it (about 2^50.6 in 2026): only
-// [Locker.Heal] can bring a counter near it.
+// [Locker.Heal] can bring a counter near it, and a healed key's tokens run
+// ahead of the clock by a fixed offset, so they reach the ceiling
+// (MaxToken − healed value) µs after the heal.
 const MaxToken = token.MaxInt64
 
-// MaxHeal is the largest target [Locker.Heal] accepts, MaxToken − 1, so
-// that the grant after a heal still gets a token (at most MaxToken).
+// MaxHeal is the largest target [Locker.Heal] accepts, MaxToken − 1. A
+// healed key's tokens are the clock plus the heal offset (see
+// [Locker.Heal]), so a key healed to v gets tokens for (MaxToken − v) µs
+// of server clock after the heal, then grants fail with a
+// [*token.RangeError]: healed to MaxHeal, the next grant (at least a µs
+// later) is refused. Tokens near the ceiling come only from heals to marks
+// that were themselves forged past a [token.NoCheck].
 const MaxHeal = MaxToken - 1
 
 // ErrClosed is returned by calls on a closed Locker.
@@ -56,10 +63,12 @@ type Options struct {
 	// queue. Default 3s.
 	WaiterTTL time.Duration
 
-	// CounterIdle is how long a key's token counter survives after the
-	// last grant. Past it the counter is gone and the next token comes
-	// from the server clock alone (still larger, unless the clock went
-	// back). Default 1h.
+	// CounterIdle is how long a key's token counter (and its heal offset,
+	// if any) survives after the last grant. Past it the counter is gone
+	// and the next token comes from the server clock alone (still larger,
+	// unless the clock went back or the key had been healed above the
+	// clock: then the resource refuses it as stale and the holder heals
+	// again). Default 1h.
 	CounterIdle time.Duration
 }
 
@@ -380,8 +389,29 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // the server clock behind the resource's high-water). It returns the
 // counter after healing. Targets above [MaxHeal] (MaxToken − 1) are refused
 // with an error wrapping both [locks.ErrInvalid] and a [*token.RangeError],
-// and change nothing: after a heal the next grant still gets a token, at
-// most [MaxToken].
+// and change nothing.
+//
+// When the counter ends up above the server clock, Heal also records the
+// heal offset d = counter − now (in <prefix>{<key>}:tokd, with the
+// counter's idle expiry; d never decreases), and from then on tokens are
+// max(counter + 1, now + d): healed tokens keep growing with the clock,
+// d ahead of it, instead of counting up from the healed value. That is
+// what keeps them growing across a failover that loses a grant: the new
+// master has the offset (the heal had replicated), its clock reads later
+// than the old master's did at the lost grant, so its next token is above
+// the lost one — the argument of the clock floor, shifted by d. (Were the
+// tokens counter + 1, the new master would mint the lost grant's token
+// again for the next holder, and a fence admits an equal token as the
+// same holder: two holders admitted.) Should the heal itself be lost with
+// a failover, the new master's tokens fall back below the healed value:
+// the resource refuses them as stale (safe), and the holder heals again.
+//
+// A healed key's tokens therefore reach [MaxToken] (MaxToken − counter) µs
+// after the heal; grants then fail with a [*token.RangeError] until an
+// operator deletes the counter and the offset (see the package doc).
+// Lockers of versions without the offset ignore it: their grants count up
+// from the counter, and a failover that loses one of them can repeat its
+// token as before.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
@@ -401,10 +431,11 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 }
 
 // Issued returns an upper bound of every token granted for key so far: its
-// counter, or the server clock in µs when that is larger. A presented token
-// above it was never issued. One round trip. [Locker.Current] is the
-// tighter bound: a token above the current holder's was not granted yet
-// either.
+// counter, or the clock floor when that is larger (the server clock in µs
+// plus the key's heal offset, at most [MaxToken]; see [Locker.Heal]). A
+// presented token above it was never issued. One round trip.
+// [Locker.Current] is the tighter bound: a token above the current
+// holder's was not granted yet either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err

@@ -121,22 +121,29 @@ end
 
 local function badOffset(key, d)
   return redis.error_reply('ERR redislock: heal offset ' .. key .. ' holds ' ..
-    string.format('%q', string.sub(d, 1, 40)) .. ', not a number in 1..' .. MAX)
+    string.format('%q', string.sub(d, 1, 40)) .. ', not a number in 0..' .. MAX)
 end
 
--- floor returns the clock floor of the next token: now, plus the heal
--- offset d stored at offkey when there is one (restarting its idle
--- expiry). Or nil and why not: 'range' when now + d is past MAX (the sum
--- third), 'badoff' when the offset holds something else than a number
--- in 1..MAX (the value third).
-local function floor(nowstr, idle, offkey)
+-- offset reads the heal offset at offkey: '0' when there is none, nil when
+-- it holds something else than a canonical decimal in 0..MAX.
+local function offset(offkey)
   local d = redis.call('GET', offkey)
-  if not d then return nowstr end
-  if not canon(d, MAX) then return nil, 'badoff', d end
-  redis.call('PEXPIRE', offkey, idle)
+  if not d or d == '0' then return '0', d end
+  if not canon(d, MAX) then return nil, d end
+  return d, d
+end
+
+-- floor returns the clock floor of the next token, now + d, and d. Or nil
+-- and why not: 'range' when now + d is past MAX (the sum third), 'badoff'
+-- when the offset holds something else than a number in 0..MAX (the
+-- value third).
+local function floor(nowstr, offkey)
+  local d, raw = offset(offkey)
+  if not d then return nil, 'badoff', raw end
+  if d == '0' then return nowstr, d end
   local f = add(nowstr, d)
   if lt(MAX, f) then return nil, 'range', f end
-  return f
+  return f, d
 end
 
 -- bound returns max(counter, clock floor), at most MAX: at least every
@@ -146,10 +153,10 @@ local function bound(ckey, offkey)
   local _, _, nowstr = clock()
   local c = redis.call('GET', ckey)
   if c and not canon(c, MAX) then return badCounter(c) end
-  local d = redis.call('GET', offkey)
+  local d, raw = offset(offkey)
+  if not d then return badOffset(offkey, raw) end
   local f = nowstr
-  if d then
-    if not canon(d, MAX) then return badOffset(offkey, d) end
+  if d ~= '0' then
     f = add(nowstr, d)
     if lt(MAX, f) then f = MAX end
   end
@@ -160,8 +167,8 @@ end
 
 // mint sets the counter to the next token, max(counter + 1, now + d) —
 // now the server clock in µs, d the heal offset (0 when there is none) —
-// and returns it: usually a GET of the offset and one SET ... GET, as the
-// clock floor is ahead of the counter.
+// and returns it: usually a GET of the offset, one SET ... GET, as the
+// clock floor is ahead of the counter, and a SET of the offset.
 //
 // Why the offset. Across a failover that loses the last grant, the clock
 // floor keeps the next token above the lost one: the new master's clock
@@ -176,7 +183,10 @@ end
 // counter raised by a client without offsets, or several grants in one
 // µs), mint raises d to token − now, so the next grant's floor is above
 // it again. d never decreases; it lives (and idles out) with the
-// counter. KEYS[2] the counter, offkey the offset.
+// counter: mint writes it with every counter, "0" when there is no
+// offset, so that the lock's keys exist together — in a Cluster, a
+// script whose keys exist in part is refused with TRYAGAIN while its slot
+// migrates. KEYS[2] the counter, offkey the offset.
 const mint = `
 -- mint returns the new token, or nil and why not: 'range' when the
 -- counter is at the ceiling or the clock floor past it, 'bad' when the
@@ -184,28 +194,33 @@ const mint = `
 -- does (the value third); then the counter is put back as it was (its
 -- idle expiry restarted) and nothing is minted.
 local function mint(nowstr, idle, offkey)
-  local f, fwhy, fv = floor(nowstr, idle, offkey)
+  local f, d, fv = floor(nowstr, offkey)
   if not f then
     redis.call('PEXPIRE', KEYS[2], idle)
-    return nil, fwhy, fv
+    redis.call('PEXPIRE', offkey, idle)
+    return nil, d, fv
   end
   local c = redis.call('SET', KEYS[2], f, 'PX', idle, 'GET')
-  if not c then return f end
-  if canon(c, MAX) then
-    if lt(c, f) then return f end
-    if c ~= MAX then
-      local tok = incr(c)
-      redis.call('SET', KEYS[2], tok, 'PX', idle)
-      if lt(nowstr, tok) then
-        redis.call('SET', offkey, sub(tok, nowstr), 'PX', idle)
+  local tok, why = f, nil
+  if c then
+    if not canon(c, MAX) then
+      tok, why = nil, 'bad'
+    elseif not lt(c, f) then
+      if c == MAX then
+        tok, why = nil, 'range'
+      else
+        tok = incr(c)
+        if lt(nowstr, tok) then
+          local nd = sub(tok, nowstr)
+          if lt(d, nd) then d = nd end
+        end
       end
-      return tok
     end
-    redis.call('SET', KEYS[2], c, 'PX', idle)
-    return nil, 'range', c
+    if tok ~= f then redis.call('SET', KEYS[2], tok or c, 'PX', idle) end
   end
-  redis.call('SET', KEYS[2], c, 'PX', idle)
-  return nil, 'bad', c
+  redis.call('SET', offkey, d, 'PX', idle)
+  if not tok then return nil, why, c end
+  return tok
 end
 
 -- mintErr is the error reply of a mint that failed for a reason other
@@ -362,16 +377,16 @@ var healScript = redis.NewScript(decimal + `
 local _, _, nowstr = clock()
 local c = redis.call('GET', KEYS[2])
 if c and not canon(c, MAX) then return badCounter(c) end
-local d = redis.call('GET', KEYS[3])
-if d and not canon(d, MAX) then return badOffset(KEYS[3], d) end
+local d, raw = offset(KEYS[3])
+if not d then return badOffset(KEYS[3], raw) end
 if not c or lt(c, ARGV[1]) then c = ARGV[1] end
 if c == '0' then return '0' end
 redis.call('SET', KEYS[2], c, 'PX', ARGV[2])
 if lt(nowstr, c) then
   local nd = sub(c, nowstr)
-  if not d or lt(d, nd) then d = nd end
+  if lt(d, nd) then d = nd end
 end
-if d then redis.call('SET', KEYS[3], d, 'PX', ARGV[2]) end
+redis.call('SET', KEYS[3], d, 'PX', ARGV[2])
 return c
 `)
 

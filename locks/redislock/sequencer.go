@@ -21,11 +21,13 @@ import (
 //
 //   - while the lock is held, the token of the grant that holds it — the
 //     lock's value carries it;
-//   - while it is free, the key's token counter, or the server clock in µs
-//     when that is larger. That is at least every token granted so far (the
-//     counter is the last one minted; a counter that was lost or expired
-//     was at most the clock when it was written) and at most the next
-//     grant's, which is max(counter + 1, clock).
+//   - while it is free, the key's token counter, or the clock floor when
+//     that is larger: the server clock in µs plus the key's heal offset d
+//     (0 unless [Locker.Heal] raised the counter above the clock), at most
+//     [MaxToken]. That is at least every token granted so far (the counter
+//     is the last one minted; a counter that was lost or expired was at
+//     most the floor when it was written) and at most the next grant's,
+//     which is max(counter + 1, floor).
 //
 // Waiters have no token until a release hands them the lock (it mints the
 // token then), so a resource that refuses tokens above the answer refuses
@@ -39,19 +41,21 @@ import (
 // token guarantees" in the package doc):
 //
 //   - held, then handed over or granted again: the next grant's token is
-//     max(counter + 1, clock), above the counter, which is at least the
+//     max(counter + 1, floor), above the counter, which is at least the
 //     previous holder's token;
 //   - held, then free (released, or expired): the counter is still at
-//     least the last holder's token, and the clock only grows;
-//   - free, then held: the grant's token is max(counter + 1, clock) at a
-//     later instant, at least the earlier max(counter, clock);
+//     least the last holder's token, and the floor only grows (the clock
+//     does, and the offset never decreases);
+//   - free, then held: the grant's token is max(counter + 1, floor) at a
+//     later instant, at least the earlier max(counter, floor);
 //   - the counter lost (restart without persistence, FLUSHALL, CounterIdle
-//     expiry) or healed: the answer is at least the clock, and every token
-//     minted from the clock is below a later reading of it; a heal only
-//     raises the counter.
+//     expiry) or healed: the answer is at least the floor, and every token
+//     minted from the floor is below a later reading of it; a heal only
+//     raises the counter and the offset.
 //
-// What breaks it is what breaks the tokens: a counter that ran ahead of the
-// clock (by [Locker.Heal]) lost while the clock is still behind it, a
+// What breaks it is what breaks the tokens: a counter and offset that ran
+// ahead of the clock (by [Locker.Heal]) lost while the clock is still
+// behind them, a
 // server clock stepped back, or a failover to a replica that had not
 // received the last grants (it can bring back an older holder's lock
 // value, and so an older holder's token, until that grant ends).
