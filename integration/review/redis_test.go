@@ -37,7 +37,11 @@ var edges = []token.Token{
 
 // Held (claim 2 of issue 15): redislock's tokens stay exact and strictly
 // increasing over the edges, Issued and Current are exact, and the ceiling
-// refuses instead of repeating.
+// refuses instead of repeating. A healed key's tokens are the server clock
+// plus the heal offset d (the healed value − the clock at the heal), so
+// they cross each edge with the clock: exact means token − d is a reading
+// of the server clock during the grants; and the ceiling refuses once the
+// floor passes it (at once for the last edge, 2 µs below it).
 func TestRedisTokenEdges(t *testing.T) {
 	ctx := context.Background()
 	db := servers.Redis(t)
@@ -49,18 +53,30 @@ func TestRedisTokenEdges(t *testing.T) {
 	defer l.Close()
 	seq := redislock.NewSequencer(c, db.Prefix)
 	fence := &token.MemoryFence{Check: token.NoCheck()}
+	serverNow := func() token.Token {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token.Token(tm.UnixMicro())
+	}
 	grants := 0
 	for i, h := range edges {
 		key := fmt.Sprintf("edge%d", i)
+		before := serverNow()
 		if _, err := l.Heal(ctx, key, h); err != nil {
 			t.Fatalf("Heal(%d): %v", h, err)
+		}
+		d, err := token.Parse(c.Get(ctx, db.Prefix+"{"+key+"}:tokd").Val())
+		if err != nil || h-d < before {
+			t.Fatalf("Heal(%d): offset %d, %v; want the healed value − the clock at the heal", h, d, err)
 		}
 		prev := h
 		for range 4 {
 			le, err := l.Acquire(ctx, key, time.Second)
 			if errors.Is(err, token.ErrRange) {
-				if prev < token.MaxInt64 {
-					t.Errorf("RangeError at %d, below the ceiling", prev)
+				if now := serverNow(); now+d <= token.MaxInt64 {
+					t.Errorf("RangeError after %d, with the floor %d below the ceiling", prev, now+d)
 				}
 				break
 			}
@@ -71,8 +87,9 @@ func TestRedisTokenEdges(t *testing.T) {
 			tok := le.Token()
 			cur, err := seq.Current(ctx, key)
 			iss, _ := l.Issued(ctx, key)
-			if tok != prev+1 || cur != tok || iss < tok {
-				t.Errorf("after %d: token %d, Current %d (%v), Issued %d", prev, tok, cur, err, iss)
+			after := serverNow()
+			if tok <= prev || cur != tok || iss < tok || tok-d < before || tok-d > after {
+				t.Errorf("after %d (offset %d): token %d, Current %d (%v), Issued %d; want token − offset a clock reading in [%d, %d]", prev, d, tok, cur, err, iss, before, after)
 			}
 			if err := fence.Claim(ctx, key, tok); err != nil {
 				t.Errorf("fence refused fresh token %d: %v", tok, err)
@@ -208,9 +225,9 @@ func TestSequencerCacheAfterCounterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = le.Release(ctx)
-	// The operator's recovery: delete the counter, take the new grant's
-	// token, reset the mark to it.
-	if err := c.Del(ctx, db.Prefix+"{sku:1}:tok").Err(); err != nil {
+	// The operator's recovery: delete the counter and its heal offset, take
+	// the new grant's token, reset the mark to it.
+	if err := c.Del(ctx, db.Prefix+"{sku:1}:tok", db.Prefix+"{sku:1}:tokd").Err(); err != nil {
 		t.Fatal(err)
 	}
 	le, err = l.Acquire(ctx, "sku:1", 5*time.Second)
