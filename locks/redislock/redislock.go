@@ -63,8 +63,9 @@ type Options struct {
 	// queue. Default 3s.
 	WaiterTTL time.Duration
 
-	// CounterIdle is how long a key's token counter (and its heal offset,
-	// if any) survives after the last grant. Past it the counter is gone
+	// CounterIdle is how long a key's token counter and its heal offset
+	// (two small keys, the offset "0" unless the key was healed above the
+	// clock) survive after the last grant. Past it the counter is gone
 	// and the next token comes from the server clock alone (still larger,
 	// unless the clock went back or the key had been healed above the
 	// clock: then the resource refuses it as stale and the holder heals
