@@ -70,6 +70,21 @@
 // holder is refused — and [Locker.Heal] moves the counters past the
 // resource's high-water.
 //
+// After a Heal the clock floor does not cover this. A heal puts the
+// counters above every node's clock, and tokens then come from the largest
+// counter + 1, which does not grow with time. Until the nodes' clocks pass
+// the healed value, a node in the intersection that loses its counter (a
+// restart without persistence) does not make the next token go back but
+// repeat: grant A writes back a = c + 1 to nodes 0–2 (3 and 4 cut off),
+// node 2 restarts, B wins 2–4 while A still holds 0 and 1, reads c on 3
+// and 4, and gets a again — two holders with equal tokens, and every fence
+// admits an equal token as the same holder
+// (integration/review19 TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart).
+// Package redislock closes the same hole with a heal offset (tokens the
+// clock plus the healed value's lead over it); redlock does not yet. Run
+// nodes with persistence (appendfsync always) or restart them only after
+// the longest lease when keys may be healed.
+//
 // The price of the token is one extra round: the write-back, in parallel
 // to the nodes won (storing the token with the lock costs no round: it is
 // one more SET in the same script). An uncontended acquire is two

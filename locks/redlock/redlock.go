@@ -545,6 +545,12 @@ const MaxHeal = token.MaxInt64 - 1
 // above MaxHeal, a [*token.RangeError]) before any node is touched. A
 // node's malformed counter ([CounterError]) is replaced by max(to, the
 // node's clock in µs).
+//
+// After a Heal above the clocks, tokens are the largest counter + 1 and
+// do not grow with time: until the clocks pass the healed value, a node
+// restart without persistence in the intersection of two majorities can
+// give the next holder the token of a live one, and a fence admits both
+// (see "What it still assumes" in the package doc).
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 	switch {
 	case key == "":
