@@ -14,9 +14,9 @@
 // falls back to EVAL on NOSCRIPT), so each is one round trip:
 //
 //   - acquire: if the lock is free, token = max(counter + 1, server TIME in
-//     µs + d), d the key's heal offset (none, 0, unless the key was healed
-//     above the clock), written to the counter with an idle expiry, and the
-//     lock set to "id|token" with the lease's TTL;
+//     µs + d), d the key's heal offset (0 unless the key was healed above
+//     the clock), written to the counter (and d to the offset key) with an
+//     idle expiry, and the lock set to "id|token" with the lease's TTL;
 //   - renew: PEXPIRE only if the lock still holds this very grant (its id
 //     and token);
 //   - release: only if the lock still holds this very grant, hand it over
@@ -81,8 +81,10 @@
 // grow with time, and the argument above would fail: a failover that lost
 // grant c + 1 would have the new primary mint c + 1 again, and every fence
 // admits an equal token as the same holder. So Heal also records the heal
-// offset d = healed value − now (key <prefix>{<key>}:tokd, with the
-// counter's idle expiry, never decreasing), and the floor becomes now + d:
+// offset d = healed value − now (key <prefix>{<key>}:tokd, written with
+// every counter, "0" when there is no offset, so the lock's keys exist
+// together; it idles out with the counter and never decreases), and the
+// floor becomes now + d:
 // healed tokens grow with the clock, d ahead of it, and the same argument
 // holds shifted by d — the new primary has the offset (the heal had
 // replicated) and its clock reads later, so its next token is above the
@@ -109,10 +111,11 @@
 // failover. What holds across a failover: a lock key the replica had
 // received is on the new primary — its lease keeps renewing and nobody
 // else is granted it — and tokens keep growing (the counter, or the new
-// primary's clock plus the heal offset, when the key was healed). What does not: a grant the replica had not received
-// when the old primary died is gone, so the lock is granted again while
-// the first holder still believes it holds it, until its next renewal
-// reports [locks.ErrNotHeld]. The second grant's token is larger, so a
+// primary's clock plus the key's heal offset). What does not: a grant the
+// replica had not received when the old primary died is gone, so the lock
+// is granted again while the first holder still believes it holds it,
+// until its next renewal reports [locks.ErrNotHeld]. The second grant's
+// token is larger (a healed key's too: see "What the token guarantees"), so a
 // fence at the resource refuses the first holder once the second has
 // written (the tests make this happen: replication stalled, the primary
 // killed). A [Fence] on the same Sentinel setup keeps its acknowledged
