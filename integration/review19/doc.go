@@ -34,6 +34,13 @@
 //     acquire and release fail with TRYAGAIN (their scripts name the queue
 //     keys, which do not exist), against "resharding costs nothing but
 //     round trips".
+//   - TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart (found
+//     while fixing the heal defect in redislock): redlock has the same
+//     hole — after Heal its tokens are the largest counter + 1, and a node
+//     restart without persistence in the intersection of two majorities
+//     gives the next holder the token of a live one; its control,
+//     TestHeldRedlockNodeRestartTokenGrows, shows the clock floor keeping
+//     the token growing without the heal.
 //   - TestDefectClusterNameStartingWithCloseBrace: a lock name starting
 //     with '}' gives <prefix>{<name>} an empty hash tag, the lock's keys
 //     span slots and every acquire fails with CROSSSLOT, against "Names may
