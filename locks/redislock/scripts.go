@@ -279,7 +279,7 @@ return nowstr
 // (which is max(counter + 1, clock)).
 //
 // KEYS: lock, counter. Returns a decimal string.
-var currentScript = redis.NewScript(decimal + `
+var currentScript = redis.NewScript(masterOnly + decimal + `
 local v = redis.call('GET', KEYS[1])
 if v then
   local tok = string.match(v, '|(%d+)$')
