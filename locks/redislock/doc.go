@@ -152,6 +152,17 @@
 //	check := token.All(token.ClockBound{}, token.SequencerCheck(seq, token.SequencerOptions{}))
 //	fence := redislock.NewFence(rdb, redislock.FenceOptions{Check: check})
 //
+// Give the Sequencer a client of the master (rdb above: a client on the
+// master's address, a Sentinel failover client that is not ReplicaOnly, or
+// a ClusterClient), never one of a replica: a replica's copy lags, sees the
+// lock free while the grant has not reached it, and would answer its clock,
+// above the holder's token. The Sequencer's script is therefore one Redis
+// refuses on a read-only replica (a "#!lua" shebang without no-writes):
+// through a replica, Current fails with [ErrReplica] and the check refuses
+// every claim, rather than admit a forgery. That needs Redis 7.0; on 6.2
+// the script does not compile and the Sequencer answers nothing (the check
+// refuses every claim). See "The master only" in [Sequencer].
+//
 // # The Fence
 //
 // [Fence] keeps each resource's high-water mark in one key (no expiry),
@@ -260,6 +271,7 @@
 // [token.ErrRange] (a [*token.RangeError]) from acquires at the ceiling and
 // from Heal beyond it (with [locks.ErrInvalid]); [ErrNotReplicated] (a
 // [*ReplicaError]) from a Fence whose replicas did not acknowledge;
+// [ErrReplica] from a Sequencer whose client reached a read-only replica;
 // network and server errors are returned wrapped, and mean the state of the
 // lock (or the mark) is unknown.
 //
