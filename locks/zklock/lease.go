@@ -193,8 +193,15 @@ func (le *Lease) notHeld(op string, why error) error {
 // Renew implements [locks.Lease]. The session itself is kept alive by
 // go-zookeeper's pings; Renew checks that it has not been interrupted since
 // the grant and that the znode is still there with this grant's Czxid, and
-// moves the deadline. It fails with [locks.ErrNotHeld] at once, without a
-// request, once the session reported a lost connection.
+// moves the deadline to the send time of its request plus the TTL. The
+// request is a sync, which the member passes to the leader, then an Exists
+// the member answers after the sync: so a renewal succeeds only when the
+// leader still had the session after the request was sent, never on a
+// member's stale copy (see "Ensembles" in the package doc). A renewal whose
+// member cannot reach the leader waits for it: it fails when ctx ends
+// (the deadline stays where it was) or when the member drops the
+// connection (the lease is lost). It fails with [locks.ErrNotHeld] at once,
+// without a request, once the session reported a lost connection.
 func (le *Lease) Renew(ctx context.Context) error {
 	le.op.Lock()
 	defer le.op.Unlock()
@@ -216,6 +223,16 @@ func (le *Lease) Renew(ctx context.Context) error {
 	}
 	sent := time.Now()
 	st, err := call(ctx, s.l, func() (*zk.Stat, error) {
+		// The sync goes through the leader, which checks the session: a
+		// member cut off from the quorum answers reads from its frozen
+		// copy (an Exists alone succeeds there for as long as it takes the
+		// member to notice, seconds after the leader expired the session
+		// and granted the lock to another), but holds the sync until it
+		// hears from the leader — and drops its clients first when it
+		// does not, or applies the session's closing before the sync.
+		if _, err := s.conn.Sync(le.path); err != nil {
+			return nil, err
+		}
 		ok, st, err := s.conn.Exists(le.path)
 		if err == nil && !ok {
 			err = zk.ErrNoNode
