@@ -119,9 +119,13 @@ func (le *Lease) Token() token.Token { return token.Token(le.czxid) }
 func (le *Lease) TTL() time.Duration { return le.ttl }
 
 // Deadline implements [locks.Lease]: the send time of the last request that
-// showed the grant held, plus the TTL. The session's timeout is at least the
-// TTL, so the server cannot expire the session, and with it the znode,
-// before then.
+// showed the grant held through the leader (the create, a listing after a
+// sync, or Renew's sync and Exists), plus the TTL — the send time, not the
+// answer's. The session's timeout is at least the TTL and is counted from
+// a packet sent no earlier, so the server cannot expire the session, and
+// with it the znode, before then; on an ensemble, see "Ensembles" in the
+// package doc for the margin the leader's view of a follower's sessions
+// lags by.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
