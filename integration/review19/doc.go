@@ -3,10 +3,18 @@
 // ensemble, written against the public API and the harness only, by a
 // reviewer who had not read the authors' tests. It is all tests.
 //
-// Tests named TestDefect* reproduce defects the review found; those of
-// defects not fixed yet skip unless -review19.defects is given (go test
-// ./review19 -args -review19.defects) and fail on the code they were
-// written against. Fixed, and run by default as held claims:
+// Tests named TestDefect* reproduce defects the review found and fail on
+// the code they were written against. Those of defects not fixed yet skip
+// unless -review19.defects is given (go test ./review19 -args
+// -review19.defects); those of fixed ones run by default (each says so in
+// its comment): TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover
+// and TestDefectClusterHealedCounterRepeatsTokenAcrossFailover (changed:
+// each has a control, a key healed without the offset, whose token still
+// repeats; TestHeldSentinelFailoverTokenGrows for Sentinel),
+// TestDefectSentinelSequencerOnReplica, TestDefectClusterLockDuringMigration
+// (changed: the calls made midway must succeed once the move is done) and
+// TestDefectClusterNameStartingWithCloseBrace (changed: such names are
+// refused with locks.ErrInvalid, as the doc now says).
 //
 //   - TestDefectSentinelHealedCounterRepeatsTokenAcrossFailover and
 //     TestDefectClusterHealedCounterRepeatsTokenAcrossFailover: after
@@ -15,17 +23,14 @@
 //     again for the next holder; every fence accepts an equal token, so
 //     both holders were admitted (the Fence with Replicas too). Fixed by
 //     the heal offset (redislock: tokens max(counter + 1, clock + d), d
-//     recorded by Heal); each test's control is a key healed without the
-//     offset, whose token still repeats (TestHeldSentinelFailoverTokenGrows
-//     for Sentinel).
-//
-// Not fixed yet (gated):
-//
-//   - TestDefectZKLeaseOutlivesPartitionedMember: a zklock holder whose
-//     member is cut off from the quorum keeps renewing from the member's
-//     stale copy (Renew is an Exists the member answers) for seconds after
-//     the leader expired its session and granted the lock to another; its
-//     guard lease stays live and its Deadline lies past the other grant.
+//     recorded by Heal).
+//   - TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart (found
+//     while fixing the heal defect in redislock; not fixed, gated): redlock
+//     has the same hole — after Heal its tokens are the largest counter +
+//     1, and a node restart without persistence in the intersection of two
+//     majorities gives the next holder the token of a live one; its
+//     control, TestHeldRedlockNodeRestartTokenGrows, shows the clock floor
+//     keeping the token growing without the heal.
 //   - TestDefectSentinelSequencerOnReplica: a Sequencer on a replica
 //     client answers the replica's lagging view (lock free: its clock), so
 //     a forged token above the holder's passes SequencerCheck and locks the
@@ -34,13 +39,6 @@
 //     acquire and release fail with TRYAGAIN (their scripts name the queue
 //     keys, which do not exist), against "resharding costs nothing but
 //     round trips".
-//   - TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart (found
-//     while fixing the heal defect in redislock): redlock has the same
-//     hole — after Heal its tokens are the largest counter + 1, and a node
-//     restart without persistence in the intersection of two majorities
-//     gives the next holder the token of a live one; its control,
-//     TestHeldRedlockNodeRestartTokenGrows, shows the clock floor keeping
-//     the token growing without the heal.
 //   - TestDefectClusterNameStartingWithCloseBrace: a lock name starting
 //     with '}' gives <prefix>{<name>} an empty hash tag, the lock's keys
 //     span slots and every acquire fails with CROSSSLOT, against "Names may
@@ -48,6 +46,16 @@
 //
 // Tests named TestHeld* check claims that held, each with a control that
 // shows what the defence prevents (see each test's comment).
+//
+// Fixed since, and run by default under a TestHeld* name:
+//
+//   - TestDefectZKLeaseOutlivesPartitionedMember, now
+//     TestHeldZKLeaseEndsWithPartitionedMember: a zklock holder whose
+//     member is cut off from the quorum kept renewing from the member's
+//     stale copy (Renew was an Exists the member answers) for seconds after
+//     the leader expired its session and granted the lock to another; its
+//     guard lease stayed live and its Deadline lay past the other grant.
+//     Renew now syncs through the leader before its Exists.
 //
 // The ZooKeeper partition (a member cut off from its peers, its clients
 // not) is made with tc on the loopback device (an htb class shaped to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,15 +46,11 @@ type reloadingClient struct {
 }
 
 func (c reloadingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	cmd := c.Client.Eval(ctx, script, keys, args...)
-	reloadOnNetError(ctx, c.Client, cmd.Err())
-	return cmd
+	return clusterRun(ctx, c.Client, func() *redis.Cmd { return c.Client.Eval(ctx, script, keys, args...) })
 }
 
 func (c reloadingClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	cmd := c.Client.EvalSha(ctx, sha1, keys, args...)
-	reloadOnNetError(ctx, c.Client, cmd.Err())
-	return cmd
+	return clusterRun(ctx, c.Client, func() *redis.Cmd { return c.Client.EvalSha(ctx, sha1, keys, args...) })
 }
 
 // reloadingScripter is reloadingClient for a plain Scripter (the
@@ -63,15 +60,71 @@ type reloadingScripter struct {
 }
 
 func (c reloadingScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	cmd := c.Scripter.Eval(ctx, script, keys, args...)
-	reloadOnNetError(ctx, c.Scripter, cmd.Err())
-	return cmd
+	return clusterRun(ctx, c.Scripter, func() *redis.Cmd { return c.Scripter.Eval(ctx, script, keys, args...) })
 }
 
 func (c reloadingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	cmd := c.Scripter.EvalSha(ctx, sha1, keys, args...)
-	reloadOnNetError(ctx, c.Scripter, cmd.Err())
-	return cmd
+	return clusterRun(ctx, c.Scripter, func() *redis.Cmd { return c.Scripter.EvalSha(ctx, sha1, keys, args...) })
+}
+
+// Backoff of the retries on TRYAGAIN (see clusterRun).
+const (
+	tryAgainMin = 5 * time.Millisecond
+	tryAgainMax = 100 * time.Millisecond
+)
+
+// clusterRun runs a script on a Cluster client c: it reloads the slot map
+// after a network error (reloadOnNetError) and runs the script again, with
+// a backoff from tryAgainMin doubling up to tryAgainMax, while its slot is
+// moving (isSlotMoving), until ctx ends.
+//
+// TRYAGAIN is Redis refusing a command whose keys are not all on one node
+// while their slot migrates; go-redis retries it, and follows the source's
+// ASK, only ClusterOptions.MaxRedirects times (3 by default), a few
+// milliseconds. The lock's scripts name four keys, of which the queue and
+// its deadlines exist only while someone waits, so nearly every acquire
+// and release of a lock in a migrating slot gets it, for as long as the
+// migration lasts. Redis refuses before it runs the script, so running it
+// again is always safe. When ctx ends first, the error wraps ctx's error
+// and the last refusal.
+func clusterRun(ctx context.Context, c any, run func() *redis.Cmd) *redis.Cmd {
+	wait := tryAgainMin
+	var t *time.Timer
+	for {
+		cmd := run()
+		err := cmd.Err()
+		reloadOnNetError(ctx, c, err)
+		if err == nil || !isSlotMoving(err) {
+			return cmd
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			cmd.SetErr(fmt.Errorf("%w (the lock's slot is migrating: %w)", ctx.Err(), err))
+			return cmd
+		case <-t.C:
+		}
+		wait = min(2*wait, tryAgainMax)
+	}
+}
+
+// isSlotMoving reports whether err is a reply of a node that refused the
+// command, before running it, because its slot is moving: TRYAGAIN, or the
+// ASK or MOVED redirection go-redis had no redirections left to follow
+// (ClusterOptions.MaxRedirects; midway through a migration the source
+// answers ASK and the target TRYAGAIN, in turn).
+func isSlotMoving(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	s := rerr.Error()
+	return strings.HasPrefix(s, "TRYAGAIN") || strings.HasPrefix(s, "ASK ") || strings.HasPrefix(s, "MOVED ")
 }
 
 // checkSlot refuses, on a Cluster client, a key whose lock keys would not

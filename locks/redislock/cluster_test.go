@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -401,5 +402,133 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 	check("after the move", to)
 	if hw, err := f.HighWater(ctx, res); err != nil || hw != tok {
 		t.Fatalf("HighWater %d, %v; want %d", hw, err, tok)
+	}
+}
+
+// While a lock's slot migrates, Redis refuses a script whose keys are not
+// all on one side with TRYAGAIN — the lock's scripts name four keys, and
+// the queue keys exist only while someone waits — for as long as the
+// migration lasts. The Locker and the Sequencer retry it until their
+// context ends: calls made midway wait for the move and then succeed, and a
+// waiter with a short deadline returns by it. Renew (one key) and Current
+// of a held lock (both its keys moved) are served midway. Control: the same
+// four keys in one EVAL through the ClusterClient get TRYAGAIN midway, after
+// go-redis's own retries.
+func TestClusterLockCallsWaitForMigration(t *testing.T) {
+	c := servers.NewRedisCluster(t, 2, 0)
+	// go-redis's defaults: it retries TRYAGAIN and follows ASK 3 times,
+	// within milliseconds; the migration stays midway for a second.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer()})
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx := ctxFor(t, 40*time.Second)
+	prefix := clusterPrefix()
+	l := newLocker(t, cc, redislock.Options{Prefix: prefix})
+	slot := servers.KeySlot(prefix + "{A}")
+	// B and C: names in A's slot.
+	var same []string
+	for i := 0; len(same) < 2; i++ {
+		if n := fmt.Sprintf("n%d", i); servers.KeySlot(prefix+"{"+n+"}") == slot {
+			same = append(same, n)
+		}
+	}
+	nameB, nameC := same[0], same[1]
+	from, err := c.MasterForSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	a, err := l.TryAcquire(ctx, "A", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.TryAcquire(ctx, nameB, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		what string
+		err  error
+	}
+	done := make(chan res, 8)
+	var wg sync.WaitGroup
+	run := func(what string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done <- res{what, f()}
+		}()
+	}
+	err = c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(context.Context) error {
+		base := prefix + "{" + nameC + "}"
+		err := cc.Eval(ctx, "return 1", []string{base, base + ":tok", base + ":q", base + ":qd"}).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") && !strings.HasPrefix(err.Error(), "ASK ") {
+			t.Errorf("control: a four-key EVAL midway: %v, want TRYAGAIN (or the ASK to the target that answers it)", err)
+		} else {
+			t.Logf("control: a four-key EVAL midway: %v", err)
+		}
+		if err := a.Renew(ctx); err != nil {
+			t.Errorf("Renew midway: %v", err)
+		}
+		if cur, err := redislock.NewSequencer(cc, prefix).Current(ctx, "A"); err != nil || cur != a.Token() {
+			t.Errorf("Current of the held lock midway: %d, %v; want %d", cur, err, a.Token())
+		}
+		run("TryAcquire of the held lock", func() error {
+			_, err := l.TryAcquire(ctx, "A", time.Second)
+			if !errors.Is(err, locks.ErrNotObtained) {
+				return fmt.Errorf("%v, want ErrNotObtained", err)
+			}
+			return nil
+		})
+		run("Release, then TryAcquire", func() error {
+			if err := b.Release(ctx); err != nil {
+				return fmt.Errorf("release: %w", err)
+			}
+			le, err := l.TryAcquire(ctx, nameB, time.Second)
+			if err != nil {
+				return fmt.Errorf("TryAcquire after the release: %w", err)
+			}
+			return le.Release(ctx)
+		})
+		run("Acquire of a free lock", func() error {
+			le, err := l.Acquire(ctx, nameC, time.Second)
+			if err != nil {
+				return err
+			}
+			return le.Release(ctx)
+		})
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, werr := l.Acquire(wctx, "A", time.Second)
+		if !errors.Is(werr, context.DeadlineExceeded) || time.Since(start) > time.Second {
+			t.Errorf("a waiter with a 300ms deadline midway: %v after %v, want the deadline", werr, time.Since(start))
+		}
+		time.Sleep(time.Second - time.Since(start))
+		select {
+		case r := <-done:
+			t.Errorf("%s returned midway (%v): it should wait for the move", r.what, r.err)
+		default:
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(done)
+	for r := range done {
+		if r.err != nil {
+			t.Errorf("%s, called midway: %v", r.what, r.err)
+		}
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Errorf("release after the move: %v", err)
 	}
 }

@@ -181,6 +181,17 @@
 //	check := token.All(token.ClockBound{}, token.SequencerCheck(seq, token.SequencerOptions{}))
 //	fence := redislock.NewFence(rdb, redislock.FenceOptions{Check: check})
 //
+// Give the Sequencer a client of the master (rdb above: a client on the
+// master's address, a Sentinel failover client that is not ReplicaOnly, or
+// a ClusterClient), never one of a replica: a replica's copy lags, sees the
+// lock free while the grant has not reached it, and would answer its clock,
+// above the holder's token. The Sequencer's script is therefore one Redis
+// refuses on a read-only replica (a "#!lua" shebang without no-writes):
+// through a replica, Current fails with [ErrReplica] and the check refuses
+// every claim, rather than admit a forgery. That needs Redis 7.0; on 6.2
+// the script does not compile and the Sequencer answers nothing (the check
+// refuses every claim). See "The master only" in [Sequencer].
+//
 // # The Fence
 //
 // [Fence] keeps each resource's high-water mark in one key (no expiry),
@@ -237,13 +248,31 @@
 // to every node: the Locker's one subscription, on whichever node, hears
 // every release.
 //
-// Failover and resharding. A Locker's scripts follow MOVED, ASK and
-// TRYAGAIN the way go-redis does (ClusterOptions.MaxRedirects, 3 by
-// default): resharding a lock's slot while it is held, queued for and
-// released costs nothing but round trips. A master that dies is another
-// matter: go-redis reloads its slot map on MOVED, ASK and READONLY and
-// when the map is older than ClusterStateReloadInterval (a minute by
-// default), not when a node refuses connections, so calls on the dead
+// Failover and resharding. A Locker's scripts follow MOVED and ASK the
+// way go-redis does (ClusterOptions.MaxRedirects, 3 by default). While a
+// lock's slot migrates, Redis serves a script only where all of its keys
+// are (else TRYAGAIN), and the lock's scripts name four keys, of which the
+// queue and its deadlines exist only while someone waits: with nobody
+// queued, an acquire or release of a lock in a migrating slot is refused
+// for as long as the migration lasts, far longer than go-redis's few
+// retries. Redis refuses before it runs the script, so the Locker (Acquire,
+// TryAcquire, Release, Heal, Issued, Current, the clean-up of a failed
+// acquire) and the Sequencer run it again — a backoff from 5ms doubling to
+// 100ms — until the call's context ends: a call made while a slot moves
+// waits for the move to finish and then succeeds, and one whose context
+// ends first fails with an error wrapping the context's error and the
+// TRYAGAIN. So resharding a lock's slot while it is held, queued for and
+// released costs waiting for the move and round trips, nothing else; give
+// Release a deadline, as every call (a migration that stalls midway blocks
+// it until the deadline, and the lock is then freed by its TTL). TryAcquire
+// waits too: a migrating slot says neither that the lock is free nor that
+// it is held. Renew names only the lock key, which Redis serves on either
+// side, and does not wait.
+//
+// A master that dies is another matter: go-redis reloads its slot map on
+// MOVED, ASK and READONLY and when the map is older than
+// ClusterStateReloadInterval (a minute by default), not when a node
+// refuses connections, so calls on the dead
 // master's slots would fail for up to a minute after its replica took
 // over. The Locker, the Sequencer and the Fence therefore ask a Cluster
 // client to reload its map after every network error; calls recover as
@@ -292,6 +321,7 @@
 // [token.ErrRange] (a [*token.RangeError]) from acquires at the ceiling and
 // from Heal beyond it (with [locks.ErrInvalid]); [ErrNotReplicated] (a
 // [*ReplicaError]) from a Fence whose replicas did not acknowledge;
+// [ErrReplica] from a Sequencer whose client reached a read-only replica;
 // network and server errors are returned wrapped, and mean the state of the
 // lock (or the mark) is unknown.
 //

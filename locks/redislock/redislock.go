@@ -237,7 +237,8 @@ func acquireErr(ctx context.Context, key string, err error) error {
 
 // TryAcquire implements [locks.Locker]. It fails with
 // [locks.ErrNotObtained] while the lock is held or handed over. One round
-// trip.
+// trip; on a Cluster, while the lock's slot migrates, it waits for the
+// move (until ctx ends: see "Failover and resharding" in the package doc).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
 		return nil, err
@@ -511,7 +512,9 @@ func (s *Lease) Renew(ctx context.Context) error {
 
 // Release implements [locks.Lease]. One round trip, which also wakes the
 // next waiter; it releases the lock only while it still holds this very
-// grant.
+// grant. On a Cluster, while the lock's slot migrates, it waits for the
+// move until ctx ends (see "Failover and resharding" in the package doc):
+// give ctx a deadline.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -408,7 +408,7 @@ return bound(KEYS[2], KEYS[3])
 // floor)).
 //
 // KEYS: lock, counter, offset. Returns a decimal string.
-var currentScript = redis.NewScript(decimal + `
+var currentScript = redis.NewScript(masterOnly + decimal + `
 local v = redis.call('GET', KEYS[1])
 if v then
   local tok = string.match(v, '|(%d+)$')

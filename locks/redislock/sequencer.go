@@ -2,7 +2,9 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -61,12 +63,45 @@ import (
 // value, and so an older holder's token, until that grant ends).
 // [token.SequencerCheck] caches the largest answer it has seen, so such a
 // dip only refuses tokens it had not admitted before.
+//
+// # The master only
+//
+// Give it a client of the master: a [*redis.Client] on the master's
+// address, a Sentinel failover client (not ReplicaOnly), or a
+// [*redis.ClusterClient] (it sends scripts to masters). A replica's copy
+// lags: while the grant has not reached it, a replica sees the lock free
+// and would answer its clock, above the holder's token, and a forged token
+// in between would pass the check and lock the holder out. So the
+// Sequencer never answers from a replica: its script starts with a
+// "#!lua" shebang without the no-writes flag, which Redis 7 treats as a
+// script that may write and refuses on a read-only replica (READONLY)
+// before it runs. Current then fails with an error wrapping
+// [ErrReplica], and [token.SequencerCheck] refuses the claim. This needs
+// Redis 7.0 or later; Redis 6.2 does not know the shebang and fails the
+// script (a compile error), so the Sequencer fails safe there and answers
+// nothing. A replica with replica-read-only no is not refused (Redis runs
+// any script there): do not point a Sequencer at one. The same shebang
+// makes Redis apply its rules for writing scripts: on a master short of
+// min-replicas-to-write, or over maxmemory with noeviction, Current fails
+// (NOREPLICAS, OOM) rather than answer.
 type Sequencer struct {
 	client redis.Scripter
 	prefix string
 }
 
 var _ token.Sequencer = (*Sequencer)(nil)
+
+// ErrReplica is wrapped by the error of [Sequencer.Current] (and
+// [Locker.Current]) when its client reached a read-only replica, which
+// refuses the script: a replica's copy may lag the master's, and an answer
+// from it could let a forged token through. Give the Sequencer a client of
+// the master.
+var ErrReplica = errors.New("redislock: the sequencer's client reached a read-only replica (give it a client of the master)")
+
+// masterOnly starts the Sequencer's script: a shebang without the
+// no-writes flag, so Redis (7.0 and later) refuses the script on a
+// read-only replica with READONLY (see "The master only" in [Sequencer]).
+const masterOnly = "#!lua\n"
 
 // NewSequencer returns a Sequencer for the locks a [Locker] with the same
 // prefix ([Options.Prefix]; empty: [DefaultPrefix]) keeps on client's
@@ -82,8 +117,9 @@ func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
 }
 
 // Current implements [token.Sequencer]. It fails with [locks.ErrInvalid]
-// for an empty key; network and server errors are returned wrapped (and
-// [token.SequencerCheck] then refuses the claim).
+// for an empty key, with an error wrapping [ErrReplica] when the client
+// reached a read-only replica; network and server errors are returned
+// wrapped (and [token.SequencerCheck] then refuses the claim).
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
 	return current(ctx, s.client, s.prefix, key)
 }
@@ -100,6 +136,9 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 	}
 	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).bound()).Text()
 	if err != nil {
+		if strings.HasPrefix(err.Error(), "READONLY ") {
+			return 0, fmt.Errorf("redislock: current %q: %w: %w", key, ErrReplica, err)
+		}
 		return 0, fmt.Errorf("redislock: current %q: %w", key, err)
 	}
 	t, err := token.Parse(s)

@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -236,5 +237,66 @@ func TestSequencerBadInput(t *testing.T) {
 	}
 	if _, err := redislock.NewSequencer(newClient(t, "127.0.0.1:1"), "").Current(ctx, "k"); err == nil {
 		t.Error("Current with no server answered")
+	}
+}
+
+// A Sequencer never answers from a replica: its script is refused there
+// (READONLY, reported as ErrReplica), so a resource whose Sequencer client
+// points at a replica refuses claims instead of checking them against the
+// replica's lagging copy. Control: the same script without the shebang runs
+// on the replica and, replication stalled, answers the replica's clock
+// (the lock looks free there), above the holder's token — a forged token
+// in between would pass token.SequencerCheck and lock the holder out.
+func TestSequencerRefusesReplica(t *testing.T) {
+	srv := servers.NewRedis(t)
+	rep := servers.NewRedisReplica(t, srv)
+	ctx := ctxFor(t, 30*time.Second)
+	cm := newClient(t, srv.Addr())
+	cr := newClient(t, rep.Replica.Addr())
+	l := newLocker(t, cm, redislock.Options{})
+	if err := rep.Link.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.TryAcquire(ctx, "sku", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	time.Sleep(5 * time.Millisecond) // the replica's clock moves past the grant
+
+	// Control: the flagless script answers from the replica's copy.
+	s, err := redislock.CurrentWithoutShebang(ctx, cr, "", "sku")
+	if err != nil {
+		t.Fatalf("control: the script without the shebang on the replica: %v", err)
+	}
+	stale, err := token.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale <= h.Token() {
+		t.Fatalf("control: the replica answered %d, not above the holder's token %d: the control no longer shows the stale answer", stale, h.Token())
+	}
+	t.Logf("control: without the shebang the replica answers %d, the holder's token is %d", stale, h.Token())
+
+	// The Sequencer on the replica refuses; on the master it answers the holder.
+	if _, err := redislock.NewSequencer(cr, "").Current(ctx, "sku"); !errors.Is(err, redislock.ErrReplica) {
+		t.Errorf("Sequencer on the replica: %v, want ErrReplica", err)
+	}
+	if got, err := redislock.NewSequencer(cm, "").Current(ctx, "sku"); err != nil || got != h.Token() {
+		t.Errorf("Sequencer on the master: %d, %v; want the holder's %d", got, err, h.Token())
+	}
+	// At a resource: the forgery between the holder's token and the stale
+	// answer is refused, and nothing is admitted through the replica.
+	forged := h.Token() + (stale-h.Token())/2 + 1
+	f := &token.MemoryFence{Check: token.SequencerCheck(redislock.NewSequencer(cr, ""), token.SequencerOptions{})}
+	if err := f.Claim(ctx, "sku", forged); err == nil {
+		t.Errorf("a fence checking with the replica's Sequencer admitted the forged token %d (holder's %d)", forged, h.Token())
+	}
+	good := &token.MemoryFence{Check: token.SequencerCheck(redislock.NewSequencer(cm, ""), token.SequencerOptions{})}
+	if err := good.Claim(ctx, "sku", forged); err == nil {
+		t.Errorf("the master's Sequencer admitted the forged token %d", forged)
+	}
+	if err := good.Claim(ctx, "sku", h.Token()); err != nil {
+		t.Errorf("the master's Sequencer refused the holder: %v", err)
 	}
 }

@@ -62,7 +62,8 @@
 // ahead since: sequence numbers grow); its own znode was created by the
 // session now up (checked against the session id), in the same unbroken
 // connection (epoch) the event came in; and that session answered a
-// request sent at most TTL/8 ago. ZooKeeper counts a session's timeout
+// request that went through the leader (a write, or a sync and the reads
+// after it: see "Ensembles") sent at most TTL/8 ago. ZooKeeper counts a session's timeout
 // (at least the TTL) from the last packet it received, so the session —
 // and with it the waiter's znode — is alive until at least that send time
 // plus the TTL, which becomes the lease's deadline. A waiter that was
@@ -72,7 +73,8 @@
 // whoever took the lock meanwhile. Every other path grants on a reply
 // that showed its znode first — the create's (the only child) or a
 // listing's — in an unbroken connection, dated from that request's send
-// time.
+// time. The listing follows a sync, so it is never a cut-off member's stale
+// copy (see "Ensembles").
 //
 // # Fence
 //
@@ -178,12 +180,49 @@
 // waiters ride out the move, or queue anew when their session expired.
 // Tokens keep growing across elections: a new epoch's zxids are above the
 // old one's. The tests run the conformance suite on a three-member
-// ensemble, kill the leader under a held lock with waiters queued, and cut
-// a holder off its member.
+// ensemble, kill the leader under a held lock with waiters queued, cut
+// a holder off its member, and cut its member off the leader.
 //
-// A session reads from its member, which may lag the leader: the queue's
-// listings may be stale, which only delays a grant (a predecessor still
-// listed), never makes one: a member that applied the waiter's own create
+// A member cut off from the leader while its clients stay connected goes
+// on answering them — pings and reads, from its frozen copy — until it
+// notices the leader gone (syncLimit ticks), seconds after the leader
+// expired their sessions and granted their locks to others. So nothing
+// that grants or renews rests on a read the member answers alone: a grant
+// comes from the create (a write: the leader checks the session and orders
+// it) or from a listing made after a sync (which the member passes to the
+// leader, and answers only after applying everything the leader committed
+// before it, a session's closing included), and [Lease.Renew] syncs before
+// its Exists. (A sync is no quorum operation: a leader cut off from the
+// others answers it alone. But that leader steps down, dropping its
+// clients, after syncLimit ticks without a quorum; the others start
+// electing only after syncLimit ticks too, and their new leader expires
+// the session a session timeout after taking over.) On a cut-off member
+// the sync waits, and the member answers
+// nothing more of that session meanwhile (ZooKeeper keeps a session's
+// requests in order, its pings included), so go-zookeeper drops the
+// connection two thirds of the session timeout after the member's last
+// answer and every lease of the session is lost (Lost closed, Renew
+// [locks.ErrNotHeld]). Measured with a 1.5s TTL: lost 0.9–1.15s after the
+// break, the leader's grant to the next waiter 1.3–1.6s after it; with
+// Renew an Exists alone, the stale holder renewed for 3–5s past that grant.
+// The sync costs Renew a round trip to the leader: its median went from
+// ~0.3ms to ~0.6ms on the leader and ~0.7ms on a follower (loopback,
+// three members).
+//
+// What is left: the leader counts a session's timeout not from the
+// renewal but from its member's last report of the session's traffic,
+// sent with the member's answers to the leader's pings (every half tick).
+// A member cut off just after a renewal can thus leave the leader's
+// expiry earlier than that renewal's Deadline, by up to half a tick plus
+// the gap between the session's packets before the renewal, less what the
+// session timeout exceeds the TTL by. The loss report above, or the
+// deadline's own lapse, came first in every test run; with the TTL below
+// the session timeout by that margin (TTLs under the server's minimum
+// session timeout, say) the Deadline holds strictly.
+//
+// A session reads from its member, which may lag the leader: the watch a
+// waiter sets may be on a stale copy, which only delays a grant (a
+// predecessor still there), never makes one: a member that applied the waiter's own create
 // applied every earlier create, so a znode ahead of the waiter is missing
 // from its listing only once deleted. The [Fence] decides
 // every acceptance by a write the leader orders, so a lagging member's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -118,9 +119,13 @@ func (le *Lease) Token() token.Token { return token.Token(le.czxid) }
 func (le *Lease) TTL() time.Duration { return le.ttl }
 
 // Deadline implements [locks.Lease]: the send time of the last request that
-// showed the grant held, plus the TTL. The session's timeout is at least the
-// TTL, so the server cannot expire the session, and with it the znode,
-// before then.
+// showed the grant held through the leader (the create, a listing after a
+// sync, or Renew's sync and Exists), plus the TTL — the send time, not the
+// answer's. The session's timeout is at least the TTL and is counted from
+// a packet sent no earlier, so the server cannot expire the session, and
+// with it the znode, before then; on an ensemble, see "Ensembles" in the
+// package doc for the margin the leader's view of a follower's sessions
+// lags by.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -186,6 +191,10 @@ func (le *Lease) lapse() {
 	}
 }
 
+// renewSkipsSync makes Renew an Exists alone, as it was: for the control
+// runs of the tests only (export_test.go).
+var renewSkipsSync atomic.Bool
+
 func (le *Lease) notHeld(op string, why error) error {
 	return fmt.Errorf("zklock: %s %q (token %d): %w: %w", op, le.key, le.czxid, locks.ErrNotHeld, why)
 }
@@ -193,8 +202,15 @@ func (le *Lease) notHeld(op string, why error) error {
 // Renew implements [locks.Lease]. The session itself is kept alive by
 // go-zookeeper's pings; Renew checks that it has not been interrupted since
 // the grant and that the znode is still there with this grant's Czxid, and
-// moves the deadline. It fails with [locks.ErrNotHeld] at once, without a
-// request, once the session reported a lost connection.
+// moves the deadline to the send time of its request plus the TTL. The
+// request is a sync, which the member passes to the leader, then an Exists
+// the member answers after the sync: so a renewal succeeds only when the
+// leader still had the session after the request was sent, never on a
+// member's stale copy (see "Ensembles" in the package doc). A renewal whose
+// member cannot reach the leader waits for it: it fails when ctx ends
+// (the deadline stays where it was) or when the member drops the
+// connection (the lease is lost). It fails with [locks.ErrNotHeld] at once,
+// without a request, once the session reported a lost connection.
 func (le *Lease) Renew(ctx context.Context) error {
 	le.op.Lock()
 	defer le.op.Unlock()
@@ -216,6 +232,18 @@ func (le *Lease) Renew(ctx context.Context) error {
 	}
 	sent := time.Now()
 	st, err := call(ctx, s.l, func() (*zk.Stat, error) {
+		// The sync goes through the leader, which checks the session: a
+		// member cut off from the quorum answers reads from its frozen
+		// copy (an Exists alone succeeds there for as long as it takes the
+		// member to notice, seconds after the leader expired the session
+		// and granted the lock to another), but holds the sync until it
+		// hears from the leader — and drops its clients first when it
+		// does not, or applies the session's closing before the sync.
+		if !renewSkipsSync.Load() {
+			if _, err := s.conn.Sync(le.path); err != nil {
+				return nil, err
+			}
+		}
 		ok, st, err := s.conn.Exists(le.path)
 		if err == nil && !ok {
 			err = zk.ErrNoNode

@@ -37,7 +37,7 @@ type session struct {
 	id       int64               // guarded by mu; the session id while up
 	timeout  time.Duration       // guarded by mu; the negotiated timeout while up
 	epoch    uint64              // guarded by mu
-	lastGood time.Time           // guarded by mu; send time of the latest request answered in this epoch
+	lastGood time.Time           // guarded by mu; send time of the latest request answered in this epoch through the leader (a write or a sync)
 	changed  chan struct{}       // guarded by mu; closed and replaced at every epoch change
 	closed   bool                // guarded by mu
 	leases   map[*Lease]struct{} // guarded by mu; granted and not yet ended
@@ -300,7 +300,10 @@ func answer(err error) bool {
 }
 
 // run makes one go-zookeeper call on s and records a reply as proof that the
-// session lived when the request was sent. The call blocks: go-zookeeper
+// session lived when the request was sent. fn must go through the leader (a
+// write, or a sync before its reads): a member cut off from the quorum
+// answers reads alone, from its frozen copy, after the leader expired the
+// session. The call blocks: go-zookeeper
 // takes no context. It ends when the reply comes, or when go-zookeeper gives
 // up on the connection (at once when it breaks, after two thirds of the
 // session timeout when it goes silent); callers that must return when a

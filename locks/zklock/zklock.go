@@ -439,15 +439,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	}
 	a.s = s
 	if !a.wait {
-		st, err := run(s, func(c *zk.Conn) (*zk.Stat, error) {
-			ok, st, err := c.Exists(a.dir)
-			if err == nil && !ok {
-				st = &zk.Stat{}
-			}
-			return st, err
-		})
+		ok, st, err := s.conn.Exists(a.dir) // not through run: see queue's GetW
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			st = &zk.Stat{}
 		}
 		if st.NumChildren > 0 {
 			return nil, locks.ErrNotObtained
@@ -611,6 +608,13 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 		}
 		sent := time.Now()
 		children, err := run(s, func(c *zk.Conn) ([]string, error) {
+			// The sync first, through the leader: a listing that shows
+			// the znode first grants the lock, dated from sent, which
+			// must not rest on a copy of a member cut off from the
+			// leader (the leader may have expired the session since).
+			if _, err := c.Sync(a.dir); err != nil {
+				return nil, err
+			}
 			ch, _, err := c.Children(a.dir)
 			return ch, err
 		})
@@ -635,10 +639,7 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 			// The create's reply came in another epoch than its request
 			// went out in: the znode may belong to a session that has
 			// expired since, and be about to go with it.
-			st, err := run(s, func(c *zk.Conn) (*zk.Stat, error) {
-				_, st, err := c.Get(a.dir + "/" + n.name)
-				return st, err
-			})
+			_, st, err := s.conn.Get(a.dir + "/" + n.name) // not through run: see GetW below
 			if errors.Is(err, zk.ErrNoNode) {
 				return nil, errVanished
 			}
@@ -661,10 +662,10 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 		if !a.wait {
 			return nil, locks.ErrNotObtained
 		}
-		watch, err := run(s, func(c *zk.Conn) (<-chan zk.Event, error) {
-			_, _, ch, err := c.GetW(a.dir + "/" + pred)
-			return ch, err
-		})
+		// Not through run: a read the member answers alone proves nothing
+		// of the session at the leader, so it must not date a grant
+		// (grantFresh).
+		_, _, watch, err := s.conn.GetW(a.dir + "/" + pred)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}

@@ -1,0 +1,21 @@
+package redislock
+
+import (
+	"context"
+	"reflect"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CurrentWithoutShebang runs the Sequencer's script without its masterOnly
+// shebang — the script as it was before the Sequencer refused replicas —
+// for the control of TestSequencerRefusesReplica.
+func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key string) (string, error) {
+	src := reflect.ValueOf(currentScript).Elem().FieldByName("src").String()
+	if !strings.HasPrefix(src, masterOnly) {
+		panic("redislock: the Sequencer's script does not start with masterOnly")
+	}
+	s := redis.NewScript(strings.TrimPrefix(src, masterOnly))
+	return s.Run(ctx, c, keysFor(prefix, key).all[:2]).Text()
+}
