@@ -17,5 +17,5 @@ func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key st
 		panic("redislock: the Sequencer's script does not start with masterOnly")
 	}
 	s := redis.NewScript(strings.TrimPrefix(src, masterOnly))
-	return s.Run(ctx, c, keysFor(prefix, key).all[:2]).Text()
+	return s.Run(ctx, c, keysFor(prefix, key).bound()).Text()
 }
