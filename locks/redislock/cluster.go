@@ -46,11 +46,11 @@ type reloadingClient struct {
 }
 
 func (c reloadingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return clusterRun(ctx, c.Client, func() *redis.Cmd { return c.Client.Eval(ctx, script, keys, args...) })
+	return reloadingScripter{c.Client}.Eval(ctx, script, keys, args...)
 }
 
 func (c reloadingClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return clusterRun(ctx, c.Client, func() *redis.Cmd { return c.Client.EvalSha(ctx, sha1, keys, args...) })
+	return reloadingScripter{c.Client}.EvalSha(ctx, sha1, keys, args...)
 }
 
 // reloadingScripter is reloadingClient for a plain Scripter (the
