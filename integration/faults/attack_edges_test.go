@@ -35,7 +35,7 @@ import (
 func init() {
 	registerAttack(attack{
 		Name: "edges/lockers",
-		About: "redislock (acquire and hand-over; tokens the server clock plus the heal offset) and redlock (5 nodes) healed to 2^53−3 and just below the ceiling 2^63−1: every grant's token exact, " +
+		About: "redislock (acquire and hand-over; tokens the server clock plus the heal offset) and redlock (5 nodes; tokens the nodes' clocks plus their offsets) healed to 2^53−3 and just below the ceiling 2^63−1: every grant's token exact, " +
 			"and the previous holder's token presented after the next grant's (attempts; also acquires and heals past the ceiling, which must fail with a RangeError). " +
 			"memlock has no heal: its counter cannot get there. Control: the old Lua double scripts (redislock's %.0f mint, redlock's tonumber write-back) on the same nodes repeat tokens",
 		Rounds: 2,
@@ -293,17 +293,22 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			edgeRangeRefusal(t, s, fmt.Sprintf("redislock: Heal(%d)", to), err)
 		}
 
-		// redlock, 5 nodes.
+		// redlock, 5 nodes. Healed tokens are the nodes' clocks plus their
+		// offsets (the target's lead over each node's clock at the heal),
+		// + 1: strictly increasing from above the target, and within the
+		// clock time the grants took of it.
+		before = edgeServerMicros(ctx, t, rlRaw[0])
 		if err := red.Heal(ctx, key, start); err != nil {
 			t.Fatalf("redlock: Heal(2^53−3): %v", err)
 		}
 		g = newEdgeGrants("redlock/"+key, false)
+		toks = toks[:0]
 		for i := range 6 {
 			l, err := red.Acquire(ctx, key, ttl)
 			if err != nil {
 				t.Fatalf("redlock: grant %d: %v", i, err)
 			}
-			edgeExact(t, "redlock acquire", l.Token(), start+1+token.Token(i))
+			toks = append(toks, l.Token())
 			g.grant(ctx, s, l.Token())
 			if is, err := red.Issued(ctx, key); err != nil || is < l.Token() {
 				t.Errorf("redlock: Issued = %d, %v while %d is held", is, err, l.Token())
@@ -312,21 +317,31 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 				t.Fatal(err)
 			}
 		}
-		if err := red.Heal(ctx, top, edge63-2); err != nil {
-			t.Fatalf("redlock: Heal(2^63−3): %v", err)
+		edgeWithin(t, "redlock past 2^53", toks, start, before, edgeServerMicros(ctx, t, rlRaw[0]))
+		// The ceiling, as for redislock: healed to 2^63−3 − 1s, grants
+		// below the ceiling for a second of clock; then nothing.
+		before = edgeServerMicros(ctx, t, rlRaw[0])
+		if err := red.Heal(ctx, top, topTarget); err != nil {
+			t.Fatalf("redlock: Heal(2^63−3 − 1s): %v", err)
 		}
 		gt = newEdgeGrants("redlock/"+top, false)
+		toks = toks[:0]
 		for i := range 2 {
 			l, err := red.Acquire(ctx, top, ttl)
 			if err != nil {
 				t.Fatalf("redlock: grant %d below the ceiling: %v", i, err)
 			}
-			edgeExact(t, "redlock at the ceiling", l.Token(), edge63-1+token.Token(i))
+			toks = append(toks, l.Token())
 			gt.grant(ctx, s, l.Token())
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
+		edgeWithin(t, "redlock below the ceiling", toks, topTarget, before, edgeServerMicros(ctx, t, rlRaw[0]))
+		if err := red.Heal(ctx, top, redlock.MaxHeal); err != nil {
+			t.Fatalf("redlock: Heal(2^63−2): %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
 		l, err = red.Acquire(ctx, top, ttl)
 		if err == nil {
 			l.Release(ctx)
@@ -415,10 +430,17 @@ func edgeHealed(t *testing.T, what string, toks []token.Token, target, d, before
 	}
 }
 
-func edgeExact(t *testing.T, what string, got, want token.Token) {
+// edgeWithin checks redlock's tokens after a heal to target between the
+// server times before and after: strictly increasing in (target, target
+// + (after − before) + 1] — each node's offset is at most target −
+// before, its clock at most after.
+func edgeWithin(t *testing.T, what string, toks []token.Token, target, before, after token.Token) {
 	t.Helper()
-	if got != want {
-		t.Errorf("%s: token %d, want exactly %d", what, got, want)
+	for i, tok := range toks {
+		if tok <= target || (i > 0 && tok <= toks[i-1]) || tok > target+(after-before)+1 || tok > edge63 {
+			t.Errorf("%s: tokens %v, want strictly increasing in (%d, %d]", what, toks, target, target+(after-before)+1)
+			return
+		}
 	}
 }
 

@@ -25,12 +25,16 @@
 //     the heal offset (redislock: tokens max(counter + 1, clock + d), d
 //     recorded by Heal).
 //   - TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart (found
-//     while fixing the heal defect in redislock; not fixed, gated): redlock
-//     has the same hole — after Heal its tokens are the largest counter +
-//     1, and a node restart without persistence in the intersection of two
-//     majorities gives the next holder the token of a live one; its
-//     control, TestHeldRedlockNodeRestartTokenGrows, shows the clock floor
-//     keeping the token growing without the heal.
+//     while fixing the heal defect in redislock; fixed since, runs by
+//     default): redlock had the same hole — after Heal its tokens were the
+//     largest counter + 1, and a node restart without persistence in the
+//     intersection of two majorities gave the next holder the token of a
+//     live one. Fixed by a clock offset per node (Heal records the target's
+//     lead over the node's clock, a write-back the token's); its control,
+//     TestHeldRedlockHealWithoutOffsetRepeatsToken, deletes the offsets
+//     after the heal and shows the token repeated and both holders
+//     admitted, and TestHeldRedlockNodeRestartTokenGrows shows the clock
+//     floor keeping the token growing without a heal.
 //   - TestDefectSentinelSequencerOnReplica: a Sequencer on a replica
 //     client answers the replica's lagging view (lock free: its clock), so
 //     a forged token above the holder's passes SequencerCheck and locks the

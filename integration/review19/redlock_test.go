@@ -12,32 +12,49 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// The redislock heal defect, on redlock (found while fixing it there; not
-// fixed in redlock). redlock's token is max over the nodes won of max(counter,
-// node clock) + 1, written back to a majority. Its doc: when the node shared
-// by two majorities loses its counter (a restart without persistence), "the
-// clock floor takes over ... Only a lost intersection together with a clock
-// behind ... can make a token go back" — and then the resource refuses the
-// lower token. After Heal the counters are above every clock, so the lost
-// intersection alone suffices, and the token does not go back: it repeats.
-// Grant A wins nodes 0, 1, 2 (3 and 4 cut off: its write-back reaches 0–2
-// only); node 2 restarts without persistence (simulated: its keys of the
-// lock deleted); B wins 2, 3, 4 while A still holds 0 and 1 — the double
-// grant restarts allow — and reads the healed counter on 3 and 4: its token
-// is A's, and a fence admits both. Control: the same without the heal — node
-// 2's clock floor gives B a larger token, and the fence refuses A.
+// The redislock heal defect, on redlock (found while fixing it there; fixed
+// since, run by default). redlock's token was max over the nodes won of
+// max(counter, node clock) + 1, written back to a majority. Its doc: when
+// the node shared by two majorities loses its counter (a restart without
+// persistence), "the clock floor takes over ... Only a lost intersection
+// together with a clock behind ... can make a token go back" — and then
+// the resource refuses the lower token. After Heal the counters were above
+// every clock, so the lost intersection alone sufficed, and the token did
+// not go back: it repeated. Grant A wins nodes 0, 1, 2 (3 and 4 cut off:
+// its write-back reaches 0–2 only); node 2 restarts without persistence
+// (simulated: its keys of the lock deleted); B wins 2, 3, 4 while A still
+// holds 0 and 1 — the double grant restarts allow — and read the healed
+// counter on 3 and 4: its token was A's, and a fence admitted both. Fixed
+// by the clock offset (as redislock's heal offset): Heal records the
+// target's lead over each node's clock, and 3 and 4 floor their counter by
+// clock + lead, which has grown since A. Control: the same with the
+// offsets deleted after the heal (what Heal wrote before the fix) — B's
+// token repeats A's and the fence admits both.
 func TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart(t *testing.T) {
-	defect(t, "redlock: after Heal (counters above the clocks) a node restart in the intersection of two majorities re-issues the same token to a second holder; every fence admits both")
-	runRedlockRestart(t, true)
+	runRedlockRestart(t, healed)
 }
 
-// Held: the control of the redlock defect — without a heal, the same node
-// restart gives the second holder a larger token (the clock floor).
+// Control of the test above: without the offsets, the heal's counters
+// above the clock make B's token repeat A's.
+func TestHeldRedlockHealWithoutOffsetRepeatsToken(t *testing.T) {
+	runRedlockRestart(t, healedNoOffset)
+}
+
+// Held: without a heal, the same node restart gives the second holder a
+// larger token (the clock floor).
 func TestHeldRedlockNodeRestartTokenGrows(t *testing.T) {
-	runRedlockRestart(t, false)
+	runRedlockRestart(t, notHealed)
 }
 
-func runRedlockRestart(t *testing.T, heal bool) {
+type healMode int
+
+const (
+	notHealed healMode = iota
+	healed
+	healedNoOffset // healed, then the offsets deleted: the code before the fix
+)
+
+func runRedlockRestart(t *testing.T, heal healMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dbs := servers.RedisN(t, 5)
@@ -55,16 +72,22 @@ func runRedlockRestart(t *testing.T, heal bool) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	const key = "k"
-	lockKey, counter := prefix+"{"+key+"}", prefix+"{"+key+"}:tok"
-	if heal {
+	lockKey, counter, offset := prefix+"{"+key+"}", prefix+"{"+key+"}:tok", prefix+"{"+key+"}:tokd"
+	if heal != notHealed {
 		if err := l.Heal(ctx, key, token.Token(time.Now().Add(time.Minute).UnixMicro())); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if heal == healedNoOffset {
+		for _, c := range raw {
+			c.Del(ctx, offset)
+		}
+	}
 	// What nodes 3 and 4 have before A's grant.
-	before := map[int]string{}
+	before, beforeOff := map[int]string{}, map[int]string{}
 	for _, i := range []int{3, 4} {
 		before[i] = raw[i].Get(ctx, counter).Val()
+		beforeOff[i] = raw[i].Get(ctx, offset).Val()
 	}
 	a, err := l.TryAcquire(ctx, key, 20*time.Second)
 	if err != nil {
@@ -72,13 +95,16 @@ func runRedlockRestart(t *testing.T, heal bool) {
 	}
 	// A's grant as it is when 3 and 4 were cut off: not there at all.
 	for _, i := range []int{3, 4} {
-		raw[i].Del(ctx, lockKey, counter)
+		raw[i].Del(ctx, lockKey, counter, offset)
 		if before[i] != "" {
 			raw[i].Set(ctx, counter, before[i], time.Hour)
 		}
+		if beforeOff[i] != "" {
+			raw[i].Set(ctx, offset, beforeOff[i], time.Hour)
+		}
 	}
 	// Node 2 restarts without persistence.
-	raw[2].Del(ctx, lockKey, counter)
+	raw[2].Del(ctx, lockKey, counter, offset)
 	fence := &token.MemoryFence{Check: token.NoCheck()}
 	if err := fence.Claim(ctx, "res", a.Token()); err != nil {
 		t.Fatal(err)
@@ -90,7 +116,15 @@ func runRedlockRestart(t *testing.T, heal bool) {
 	defer b.Release(ctx)
 	bErr := fence.Claim(ctx, "res", b.Token())
 	aErr := fence.Claim(ctx, "res", a.Token())
-	t.Logf("healed %v: A's token %d, B's %d; B's claim %v, A's claim after it %v", heal, a.Token(), b.Token(), bErr, aErr)
+	t.Logf("heal mode %d: A's token %d, B's %d; B's claim %v, A's claim after it %v", heal, a.Token(), b.Token(), bErr, aErr)
+	if heal == healedNoOffset {
+		// The control: the defence removed, the token repeats and the
+		// fence admits both holders.
+		if b.Token() != a.Token() || aErr != nil {
+			t.Errorf("without the offsets: A's token %d, B's %d, A's claim after B's %v; want the token repeated and both admitted", a.Token(), b.Token(), aErr)
+		}
+		return
+	}
 	if b.Token() <= a.Token() {
 		t.Errorf("B (nodes 2–4, while A holds 0 and 1) got token %d, not above A's %d", b.Token(), a.Token())
 	}

@@ -35,12 +35,15 @@
 // them from, so this package builds one from the quorum:
 //
 //  1. Each node's acquire script, on granting its lock, returns the node's
-//     counter floored by its clock: max(counter, server time in µs).
+//     counter floored by its clock: max(counter, server time in µs + d),
+//     d the node's clock offset for the key (0 until a heal or a
+//     write-back sets it; see "The clock offset" below).
 //  2. With a quorum of nodes granted, the token is the largest of their
 //     counters plus one.
 //  3. The token is written back to every node won — counter = max(counter,
-//     token), and the lock's value becomes "id|token" — by a script that
-//     writes only while the node's lock still holds this grant's id.
+//     token), d = max(d, token − 1 − the node's clock at step 1), and the
+//     lock's value becomes "id|token" — by a script that writes only while
+//     the node's lock still holds this grant's id.
 //  4. The token is handed out only once a majority acknowledged the
 //     write-back; otherwise the attempt gives the nodes back and fails.
 //
@@ -70,20 +73,36 @@
 // holder is refused — and [Locker.Heal] moves the counters past the
 // resource's high-water.
 //
-// After a Heal the clock floor does not cover this. A heal puts the
-// counters above every node's clock, and tokens then come from the largest
-// counter + 1, which does not grow with time. Until the nodes' clocks pass
-// the healed value, a node in the intersection that loses its counter (a
-// restart without persistence) does not make the next token go back but
-// repeat: grant A writes back a = c + 1 to nodes 0–2 (3 and 4 cut off),
-// node 2 restarts, B wins 2–4 while A still holds 0 and 1, reads c on 3
-// and 4, and gets a again — two holders with equal tokens, and every fence
-// admits an equal token as the same holder
-// (integration/review19 TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart).
-// Package redislock closes the same hole with a heal offset (tokens the
-// clock plus the healed value's lead over it); redlock does not yet. Run
-// nodes with persistence (appendfsync always) or restart them only after
-// the longest lease when keys may be healed.
+// # The clock offset
+//
+// A heal puts the counters above every node's clock. Were tokens then the
+// largest counter + 1, they would not grow with time, and until the
+// clocks passed the healed value a node in the intersection that loses
+// its counter (a restart without persistence) would make the next token
+// not go back but repeat: grant A writes back a = c + 1 to nodes 0–2 (3
+// and 4 cut off), node 2 restarts, B wins 2–4 while A still holds 0 and 1,
+// reads c on 3 and 4, and gets a again — two holders with equal tokens,
+// and every fence admits an equal token as the same holder. So each node
+// keeps, next to its counter, an offset d (<prefix>{key}:tokd) and floors
+// its counter by clock + d: [Locker.Heal] raises d to the target's lead
+// over the node's clock, and every write-back to the token's lead (token −
+// 1 − the node's clock when it answered the acquire). Healed tokens then
+// grow with the clocks like unhealed ones: in the example, nodes 3 and 4
+// floor c by their clock + the heal's lead, which has grown since A's
+// grant, and B's token is above a (integration/review19
+// TestDefectRedlockHealedCounterRepeatsTokenAfterNodeRestart; its control,
+// the offsets deleted, repeats the token). A node that restarts loses its
+// offset with its counter and falls back to its bare clock, as before: the
+// argument above, with "clock" read as "clock + offset" on the nodes that
+// kept theirs.
+//
+// The write-back's offset also carries a fast clock's lead to the nodes
+// written: after a grant whose token came from a node whose clock runs
+// ahead, the others floor at least as high, so a later lost intersection
+// does not depend on that node's clock. Offsets only grow; a token drawn
+// from a node's own floor leaves its offset as it was (the −1), so d does
+// not creep from grant to grant. Counter and offset are written together,
+// with one idle expiry (CounterIdle).
 //
 // The price of the token is one extra round: the write-back, in parallel
 // to the nodes won (storing the token with the lock costs no round: it is
@@ -97,21 +116,25 @@
 // doubles, exact only below 2^53. The scripts keep counters as canonical
 // decimal strings, compare them as strings (longer is larger; of equal
 // length, in two exact halves), read the clock as a string (seconds and
-// zero-padded microseconds), and return the floored counter as a string;
-// the +1 of step 2 happens in Go, in uint64. The acquire's floor, the
+// zero-padded microseconds), and return counter, clock and offset as
+// strings; the floor (clock + offset, and the max with the counter) and
+// the +1 of step 2 happen in Go, in uint64. The acquire's floor, the
 // write-back's "raise only if greater", [Locker.Heal] and [Locker.Issued]
-// all work this way. A stored counter that is not such a string (someone
-// else wrote the key) fails its node with a [*CounterError] before
-// anything is taken there; Heal replaces it.
+// all work this way. A stored counter or offset that is not such a string
+// (someone else wrote the key) fails its node with a [*CounterError]
+// before anything is taken there; Heal replaces it.
 //
-// At the ceiling: an acquire whose quorum's largest counter is already
-// token.MaxInt64 fails with an error wrapping a [*token.RangeError] (and
+// At the ceiling: an acquire whose quorum's largest floor is already
+// token.MaxInt64 (a clock + offset past it counts as at it) fails with an error wrapping a [*token.RangeError] (and
 // gives back the nodes it took) rather than mint past it or repeat it;
 // Heal refuses targets above [MaxHeal] = token.MaxInt64 − 1 (and zero)
 // with an error wrapping [locks.ErrInvalid] and, above MaxHeal, a
 // *token.RangeError, touching no node. Every token fits PostgreSQL's
 // bigint. Counters are server microseconds (about 2^50.7 in 2026) unless
-// healed: the ceiling is reached only by healing to near it.
+// healed: the ceiling is reached only by healing to near it. A key healed
+// to v has tokens for about (token.MaxInt64 − v) µs of clock (the heal's
+// offset grows the floor with the clock): healed to MaxHeal, the next
+// grant is already past the ceiling.
 //
 // # Which token is current: the Sequencer
 //
@@ -137,8 +160,9 @@
 // restart without persistence, CounterIdle passed), Current still bounds
 // every live holder but may stand above the next holder's token — only
 // when failed attempts left tokens above what the next holder reads, which
-// the clock floor prevents unless counters were healed above the clock —
-// and a later answer may then be lower. When a majority of nodes lost lock
+// the clock floor prevents unless those tokens came from a node whose
+// clock (or offset) runs ahead of the others' — and a later answer may
+// then be lower. When a majority of nodes lost lock
 // and counter together, the grant is lost and Current may answer below its
 // token (the resource refuses that holder: it fails closed). And it
 // inherits the tokens' failure mode: a node in the intersection losing its

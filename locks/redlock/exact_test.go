@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -105,12 +106,15 @@ func TestTokenCeiling(t *testing.T) {
 			t.Fatalf("node %d: a refused Heal wrote the counter (%d, %v)", i, n, err)
 		}
 	}
-	if err := l.Heal(ctx, key, token.MaxInt64-2); err != nil {
-		t.Fatal(err)
+	// Grants reach the ceiling: a counter at token.MaxInt64 − 1 (below the
+	// clock floor's reach: no offset) grants MaxInt64, then nothing.
+	for _, raw := range raws {
+		if err := raw.Set(ctx, prefix+"{"+key+"}:tok", strconv.FormatUint(uint64(token.MaxInt64-1), 10), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	toks := grants(t, ctx, l, key, 2)
-	if toks[0] != token.MaxInt64-1 || toks[1] != token.MaxInt64 {
-		t.Fatalf("tokens %v; want %d, %d", toks, token.MaxInt64-1, token.MaxInt64)
+	if toks := grants(t, ctx, l, key, 1); toks[0] != token.MaxInt64 {
+		t.Fatalf("token %v; want %d", toks, token.MaxInt64)
 	}
 	_, err := l.Acquire(ctx, key, 5*time.Second)
 	var re *token.RangeError
@@ -129,12 +133,17 @@ func TestTokenCeiling(t *testing.T) {
 	if is, err := l.Issued(ctx, key); err != nil || is < token.MaxInt64 {
 		t.Fatalf("Issued = %d, %v at the ceiling", is, err)
 	}
-	// The largest target Heal accepts leaves exactly one grant.
+	// A heal records the target's lead over the clock: healed to v, a key
+	// has tokens for (MaxInt64 − v) µs of clock. Healed to MaxHeal, the
+	// next grant (more than a µs later) is past the ceiling.
 	if err := l.Heal(ctx, "ceiling-2", token.MaxInt64-1); err != nil {
 		t.Fatal(err)
 	}
-	if toks := grants(t, ctx, l, "ceiling-2", 1); toks[0] != token.MaxInt64 {
-		t.Fatalf("after Heal(MaxHeal): token %d", toks[0])
+	if _, err := l.TryAcquire(ctx, "ceiling-2", 5*time.Second); !errors.As(err, &re) {
+		t.Fatalf("TryAcquire after Heal(MaxHeal): %v; want a RangeError", err)
+	}
+	if is, err := l.Issued(ctx, "ceiling-2"); err != nil || is != token.MaxInt64 {
+		t.Fatalf("Issued = %d, %v after Heal(MaxHeal); want the ceiling", is, err)
 	}
 	for _, bad := range []struct {
 		key string

@@ -64,10 +64,16 @@ func (e *CounterError) Error() string {
 }
 
 // nodeErr gives a script's error on node i its type.
-func nodeErr(i int, key string, err error) error {
+func nodeErr(i int, k lockKeys, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		if v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix); ok {
+		key := k.counter
+		v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix)
+		if !ok {
+			key = k.offset
+			v, ok = strings.CutPrefix(rerr.Error(), offsetErrPrefix)
+		}
+		if ok {
 			v, _, _ = strings.Cut(v, " script: ")
 			return &CounterError{Node: i, Key: key, Value: v}
 		}
@@ -163,14 +169,14 @@ func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys
 }
 
 type lockKeys struct {
-	lock, counter, channel string
+	lock, counter, offset, channel string
 }
 
 func (l *Locker) keys(key string) lockKeys { return keysFor(l.o.Prefix, key) }
 
 func keysFor(prefix, key string) lockKeys {
 	base := prefix + "{" + key + "}"
-	return lockKeys{lock: base, counter: base + ":tok", channel: base + ":wake"}
+	return lockKeys{lock: base, counter: base + ":tok", offset: base + ":tokd", channel: base + ":wake"}
 }
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
@@ -233,9 +239,9 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 	a := newAttempt(len(l.nodes))
 	timeout := l.nodeTimeout(ttl)
 	ask := func(ctx context.Context, i int, mu *sync.Mutex) {
-		ok, counter, pttl, holder, err := l.acquireNode(ctx, i, k, id, ttl)
+		ok, floor, pttl, holder, err := l.acquireNode(ctx, i, k, id, ttl)
 		mu.Lock()
-		a.acquired(i, ok, counter, pttl, holder, err)
+		a.acquired(i, ok, floor, pttl, holder, err)
 		mu.Unlock()
 	}
 	var rest []bool // nodes still to ask; nil for all
@@ -301,10 +307,12 @@ func backoff(n int) time.Duration {
 	return time.Duration(rand.Int64N(int64(time.Millisecond) << min(n, 6)))
 }
 
-func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, counter token.Token, pttl time.Duration, holder string, err error) {
-	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
+// acquireNode runs the acquire script on node i; granted, it reports the
+// node's floor (readFloor).
+func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, err error) {
+	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter, k.offset}, id, ms(ttl)).Slice()
 	if err != nil {
-		return false, 0, 0, "", nodeErr(i, k.counter, err)
+		return false, 0, 0, "", nodeErr(i, k, err)
 	}
 	if got, _ := res[0].(int64); got != 1 && len(res) == 3 {
 		p, _ := res[1].(int64)
@@ -312,12 +320,40 @@ func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, 
 		holder, _, _ = strings.Cut(holder, "|") // the grant's id, with or without its token
 		return false, 0, time.Duration(p) * time.Millisecond, holder, nil
 	}
-	s, _ := res[1].(string)
-	c, err := parseCounter(s)
-	if len(res) != 2 || err != nil {
+	if len(res) != 4 {
 		return false, 0, 0, "", fmt.Errorf("redlock: node %d: unexpected acquire reply %v", i, res)
 	}
-	return true, c, 0, "", nil
+	floor, err = readFloor(res[1:])
+	if err != nil {
+		return false, 0, 0, "", fmt.Errorf("redlock: node %d: unexpected acquire reply %v: %w", i, res, err)
+	}
+	return true, floor, 0, "", nil
+}
+
+// readFloor reads a script's {counter or "", now, offset} and computes
+// the node's floor, max(counter, now + offset): at least every token the
+// node saw, and, from the µs after a token's write-back there, at least
+// that token by the clock alone. now + offset past the ceiling counts as
+// the ceiling (nothing more is minted).
+func readFloor(res []any) (token.Token, error) {
+	var v [3]token.Token
+	for j, x := range res {
+		s, _ := x.(string)
+		if j == 0 && s == "" {
+			continue
+		}
+		t, err := parseCounter(s)
+		if err != nil {
+			return 0, err
+		}
+		v[j] = t
+	}
+	c, now, d := v[0], v[1], v[2]
+	f := token.MaxInt64
+	if d <= token.MaxInt64-now {
+		f = now + d
+	}
+	return max(c, f), nil
 }
 
 // parseCounter reads a counter or token as the scripts return it: a
@@ -336,9 +372,11 @@ func parseCounter(s string) (token.Token, error) {
 	return t, nil
 }
 
+// writeBackNode writes tok back to node i, and raises the node's offset to
+// tok's lead over its clock (see writeBackScript).
 func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
-	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
-	return n == 1, nodeErr(i, k.counter, err)
+	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter, k.offset}, id, tok.String(), ms(l.o.CounterIdle)).Int()
+	return n == 1, nodeErr(i, k, err)
 }
 
 // releaseNodes gives back the chosen nodes' locks (all when nodes is nil).
@@ -502,7 +540,7 @@ func (l *Locker) listen(ctx context.Context, channel, id string) (chan struct{},
 }
 
 // Issued returns an upper bound of every token granted for key: the largest
-// max(counter, clock in µs) among a majority of nodes (every token was
+// max(counter, clock in µs + offset) among a majority of nodes (every token was
 // written back to a majority, and any two majorities share a node), read
 // and compared exactly. A presented token above it was never issued. For
 // refusing forged tokens prefer a [Sequencer]: its bound is the current
@@ -513,18 +551,22 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	var top token.Token
 	answered := 0
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		s, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter}).Text()
-		var v token.Token
+		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.offset}).Slice()
+		var floor token.Token
 		if err == nil {
-			v, err = parseCounter(s)
+			if len(res) != 3 {
+				err = fmt.Errorf("redlock: node %d: unexpected reply %v", i, res)
+			} else {
+				floor, err = readFloor(res)
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			a.errs = append(a.errs, nodeErr(i, k.counter, err))
+			a.errs = append(a.errs, nodeErr(i, k, err))
 			return
 		}
-		top = max(top, v)
+		top = max(top, floor)
 		answered++
 	})
 	if answered < a.quorum {
@@ -546,11 +588,11 @@ const MaxHeal = token.MaxInt64 - 1
 // node's malformed counter ([CounterError]) is replaced by max(to, the
 // node's clock in µs).
 //
-// After a Heal above the clocks, tokens are the largest counter + 1 and
-// do not grow with time: until the clocks pass the healed value, a node
-// restart without persistence in the intersection of two majorities can
-// give the next holder the token of a live one, and a fence admits both
-// (see "What it still assumes" in the package doc).
+// Heal also raises each node's clock offset to the target's lead over the
+// node's clock (read just before, in a round trip of its own), so healed
+// tokens grow with the clock: clock + lead, not the healed counter + 1
+// (see "The clock offset" in the package doc). A key healed to v has
+// tokens for about (token.MaxInt64 − v) µs.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 	switch {
 	case key == "":
@@ -564,7 +606,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 	k := l.keys(key)
 	a := newAttempt(len(l.nodes))
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		err := healScript.Run(ctx, l.nodes[i], []string{k.counter}, to.String(), ms(l.o.CounterIdle)).Err()
+		err := l.healNode(ctx, i, k, to)
 		mu.Lock()
 		defer mu.Unlock()
 		a.wroteBack(i, err == nil, err)
@@ -573,6 +615,12 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 		return &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}
 	}
 	return nil
+}
+
+// healNode raises node i's counter to at least to, and its offset so that
+// its clock floor is at least to from now on.
+func (l *Locker) healNode(ctx context.Context, i int, k lockKeys, to token.Token) error {
+	return healScript.Run(ctx, l.nodes[i], []string{k.counter, k.offset}, to.String(), ms(l.o.CounterIdle), (to + 1).String()).Err()
 }
 
 func newID() string {

@@ -7,6 +7,9 @@ import "github.com/redis/go-redis/v9"
 //	<prefix>{<key>}      the lock: "<grant id>" once taken, "<grant id>|<token>"
 //	                     once the grant's token is written back; PX ttl
 //	<prefix>{<key>}:tok  the node's token counter, PX counter idle time
+//	<prefix>{<key>}:tokd the node's clock offset d, PX counter idle time:
+//	                     its clock floor is now + d (see "The clock offset"
+//	                     in the package doc)
 //
 // and a release publishes on <prefix>{<key>}:wake.
 //
@@ -16,11 +19,16 @@ import "github.com/redis/go-redis/v9"
 // below 2^53. The scripts compare them
 // as strings (gt), read the clock as a string (nowstr), and refuse a
 // stored counter that is not such a string with an error reply starting
-// with counterErrPrefix. Minting (max + 1) happens in Go, in uint64.
+// with counterErrPrefix (offsetErrPrefix for the offset). Minting (max +
+// 1) and the clock floor (now + d) happen in Go, in uint64.
 
 // counterErrPrefix starts the error reply of a script that found a
-// malformed counter; the node's client turns it into a [*CounterError].
-const counterErrPrefix = "FENCEGUARD_COUNTER "
+// malformed counter, offsetErrPrefix one that found a malformed clock
+// offset; the node's client turns either into a [*CounterError].
+const (
+	counterErrPrefix = "FENCEGUARD_COUNTER "
+	offsetErrPrefix  = "FENCEGUARD_OFFSET "
+)
 
 // decimal defines, for the scripts:
 //
@@ -31,6 +39,10 @@ const counterErrPrefix = "FENCEGUARD_COUNTER "
 //	counter(k) the counter stored at k, nil when there is none; a malformed
 //	           one raises the error reply (nothing has been written yet in
 //	           any script that calls it first).
+//	offset(k)  the clock offset stored at k, '0' when there is none; a
+//	           malformed one raises the error reply, as counter does.
+//	lead(v, now) the offset that puts the clock's next µs at v: v − 1 −
+//	           now, or '0' when v is not ahead of now + 1; digit by digit.
 const decimal = `
 local function gt(a, b)
   if #a ~= #b then return #a > #b end
@@ -51,6 +63,30 @@ local function counter(k)
   end
   return c
 end
+local function lead(v, now)
+  if not gt(v, now) then return '0' end
+  -- v − now − 1, borrowing digit by digit (v > now, both canonical).
+  local r, borrow = {}, 1
+  local i, j = #v, #now
+  while i > 0 do
+    local x = string.byte(v, i) - 48 - borrow
+    if j > 0 then x = x - (string.byte(now, j) - 48) end
+    if x < 0 then x, borrow = x + 10, 1 else borrow = 0 end
+    r[#r + 1] = string.char(48 + x)
+    i, j = i - 1, j - 1
+  end
+  local s = string.gsub(string.reverse(table.concat(r)), '^0+', '')
+  if s == '' then return '0' end
+  return s
+end
+local function offset(k)
+  local d = redis.call('GET', k)
+  if not d then return '0' end
+  if not valid(d) then
+    return error({err = '` + offsetErrPrefix + `' .. string.sub(d, 1, 40)})
+  end
+  return d
+end
 `
 
 // ours(v, id) reports whether the lock value v belongs to grant id, with
@@ -68,39 +104,49 @@ local t = redis.call('TIME')
 local nowstr = t[1] .. string.format('%06d', tonumber(t[2]))
 `
 
-// acquireScript takes the node's lock if free and returns the node's
-// clock-floored counter, max(counter, now in µs), without changing it. A
-// malformed counter fails the call before the lock is taken.
+// acquireScript takes the node's lock if free and returns what the token
+// is minted from: the node's counter, its clock in µs and its clock
+// offset, without changing them (the caller floors the counter by the
+// clock plus the offset, in uint64). A malformed counter or offset fails
+// the call before the lock is taken.
 //
-// KEYS: lock, counter. ARGV: id, ttl ms.
-// Returns {1, counter} when taken, {0, pttl, holder} when held by another
-// (holder: the lock's value, "id" or "id|token").
+// KEYS: lock, counter, offset. ARGV: id, ttl ms.
+// Returns {1, counter or ”, now, offset} when taken, {0, pttl, holder}
+// when held by another (holder: the lock's value, "id" or "id|token").
 var acquireScript = redis.NewScript(decimal + `
 local c = counter(KEYS[2])
+local d = offset(KEYS[3])
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) or ''}
 end
 ` + timeNow + `
-if not c or gt(nowstr, c) then c = nowstr end
-return {1, c}
+return {1, c or '', nowstr, d}
 `)
 
 // writeBackScript records the grant's token on the node, only while this
 // grant holds the node's lock: the lock's value becomes "id|token" (its
-// TTL kept), and the counter is raised to the token if it is below.
+// TTL kept), the counter is raised to the token if it is below, and the
+// clock offset to lead(token, now) if it is below, so that from the next
+// µs on the node's clock floor alone is at least the token. The clock is
+// read here, after every node answered the acquire: a lead taken from an
+// earlier reading would add the spread of the acquire's answers to the
+// offset at every grant, and tokens would run ahead of the clocks. Counter
+// and offset are written together, with one idle expiry.
 //
-// KEYS: lock, counter. ARGV: id, token, counter idle ms.
+// KEYS: lock, counter, offset. ARGV: id, token, counter idle ms.
 // Returns 1 when written, 0 when the node's lock is not ours.
 var writeBackScript = redis.NewScript(decimal + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if not valid(ARGV[2]) then return redis.error_reply('redlock: bad token ' .. ARGV[2]) end
+if not valid(ARGV[2]) or ARGV[2] == '0' then return redis.error_reply('redlock: bad token ' .. ARGV[2]) end
 local c = counter(KEYS[2])
+local d = offset(KEYS[3])
+` + timeNow + `
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'KEEPTTL')
-if not c or gt(ARGV[2], c) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-else
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-end
+if not c or gt(ARGV[2], c) then c = ARGV[2] end
+local nd = lead(ARGV[2], nowstr)
+if gt(nd, d) then d = nd end
+redis.call('SET', KEYS[2], c, 'PX', ARGV[3])
+redis.call('SET', KEYS[3], d, 'PX', ARGV[3])
 return 1
 `)
 
@@ -126,14 +172,15 @@ redis.call('PUBLISH', ARGV[2], '*')
 return 1
 `)
 
-// issuedScript returns max(counter, now in µs).
+// issuedScript returns what the bound of the node's tokens is computed
+// from: {counter or ”, now in µs, offset}.
 //
-// KEYS: counter.
+// KEYS: counter, offset.
 var issuedScript = redis.NewScript(decimal + `
 local c = counter(KEYS[1])
+local d = offset(KEYS[2])
 ` + timeNow + `
-if not c or gt(nowstr, c) then c = nowstr end
-return c
+return {c or '', nowstr, d}
 `)
 
 // currentScript returns what the node knows of the lock's current grant:
@@ -146,14 +193,20 @@ return {redis.call('GET', KEYS[1]) or '', c or ''}
 `)
 
 // healScript raises the counter to at least ARGV[1] (validated by the
-// caller: below token.MaxInt64). A malformed counter is not a token this
-// package wrote — whatever it stood for is lost, as on a restart — and is
-// replaced by max(target, now in µs), the value a restarted node would
-// floor its counter to after the heal.
+// caller: below token.MaxInt64) and the clock offset to at least the
+// target's lead over the clock, lead(target + 1, now) = target − now, so
+// that from now on the node's clock floor alone is at least the target. A
+// malformed counter is not a token this package wrote — whatever it stood
+// for is lost, as on a restart — and is replaced by max(target, now in
+// µs), the value a restarted node would floor its counter to after the
+// heal; a malformed offset is replaced by the target's lead. Both are
+// written, with one idle expiry.
 //
-// KEYS: counter. ARGV: target, counter idle ms. Returns the counter.
+// KEYS: counter, offset. ARGV: target, counter idle ms, target + 1.
+// Returns the counter.
 var healScript = redis.NewScript(decimal + timeNow + `
 if not valid(ARGV[1]) then return redis.error_reply('redlock: bad heal target ' .. ARGV[1]) end
+if not valid(ARGV[3]) then return redis.error_reply('redlock: bad heal target ' .. ARGV[3]) end
 local c = redis.call('GET', KEYS[1])
 if c and not valid(c) then
   c = nowstr
@@ -161,6 +214,10 @@ if c and not valid(c) then
 elseif not c or gt(ARGV[1], c) then
   c = ARGV[1]
 end
+local nd = lead(ARGV[3], nowstr)
+local d = redis.call('GET', KEYS[2])
+if not d or not valid(d) or gt(nd, d) then d = nd end
 redis.call('SET', KEYS[1], c, 'PX', ARGV[2])
+redis.call('SET', KEYS[2], d, 'PX', ARGV[2])
 return c
 `)

@@ -53,3 +53,35 @@ func TestScriptDecimals(t *testing.T) {
 		}
 	}
 }
+
+// lead(v, now), digit by digit in Lua, agrees with uint64 arithmetic: v −
+// 1 − now when v > now + 1, else 0, across digit-count changes, 2^53 and
+// the ceiling.
+func TestScriptLead(t *testing.T) {
+	db := servers.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: db.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	var nums []uint64
+	for _, base := range []uint64{0, 1, 9, 10, 99, 100, 999_999_999, 1_000_000_000, 1 << 53, 1_796_135_955_236_292, math.MaxInt64 - 2} {
+		for d := range uint64(3) {
+			nums = append(nums, base+d)
+		}
+	}
+	lead := redis.NewScript(decimal + `return lead(ARGV[1], ARGV[2])`)
+	for _, v := range nums {
+		for _, now := range nums {
+			got, err := lead.Run(ctx, c, nil, strconv.FormatUint(v, 10), strconv.FormatUint(now, 10)).Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(0)
+			if v > now+1 {
+				want = v - 1 - now
+			}
+			if got != strconv.FormatUint(want, 10) {
+				t.Errorf("lead(%d, %d) = %s, want %d", v, now, got, want)
+			}
+		}
+	}
+}
