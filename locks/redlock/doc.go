@@ -104,6 +104,17 @@
 // not creep from grant to grant. Counter and offset are written together,
 // with one idle expiry (CounterIdle).
 //
+// The price: a lead, once carried, stays. A node whose clock jumped X
+// ahead and was set right again leaves the key's tokens X ahead of the
+// clocks for as long as its counters live (they idle out after
+// CounterIdle without grants), where before they stayed flat (counter + 1)
+// until the clocks caught up. Both fail closed: a resource refuses
+// nothing honest for it unless X exceeds its [token.ClockBound] skew (5
+// minutes by default), and then it refuses, never admits. To recover from
+// such a jump, prefer [token.SequencerCheck] at the resources; or, with the
+// key not held, delete its <prefix>{key}:tok and :tokd on every node and
+// [Locker.Heal] it to the resources' marks.
+//
 // The price of the token is one extra round: the write-back, in parallel
 // to the nodes won (storing the token with the lock costs no round: it is
 // one more SET in the same script). An uncontended acquire is two
