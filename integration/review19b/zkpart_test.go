@@ -1,7 +1,6 @@
 package review19b
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,7 +108,6 @@ func TestHeldZKRenewOnMemberCutFromLeader(t *testing.T) {
 	})
 	_ = exec.Command("tc", "qdisc", "del", "dev", "lo", "root").Run()
 	t.Logf("H's Deadline past W's grant by %v (the package doc's \"What is left\" when > 0)", over)
-	_ = context.Background
 }
 
 // localPorts returns the local ports of s's established connections to
