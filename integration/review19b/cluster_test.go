@@ -145,6 +145,27 @@ func TestHeldOddLockNamesCluster(t *testing.T) {
 	rc := servers.NewRedisCluster(t, 3, 0)
 	cc := newClusterClient(t, rc, nil)
 	namesOn(t, "cluster", cc, cc, true)
+	// Prefixes holding "{}" (an empty first tag) are refused too, for
+	// every name; a prefix with a tag of its own works (one slot).
+	ctx := ctxFor(t, 10*time.Second)
+	for _, p := range []string{"a{}b:", "{}", "x}{}"} {
+		l := newLocker(t, cc, redislock.Options{Prefix: p})
+		if _, err := l.TryAcquire(ctx, "n", time.Second); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("prefix %q: TryAcquire %v, want ErrInvalid", p, err)
+		}
+		if _, err := redislock.NewSequencer(cc, p).Current(ctx, "n"); !errors.Is(err, locks.ErrInvalid) {
+			t.Errorf("prefix %q: Current %v, want ErrInvalid", p, err)
+		}
+	}
+	l := newLocker(t, cc, redislock.Options{Prefix: "t{tag}:"})
+	for _, n := range []string{"}", "a", "b}"} {
+		le, err := l.TryAcquire(ctx, n, time.Second)
+		if err != nil {
+			t.Errorf("prefix with its own tag, name %q: %v", n, err)
+			continue
+		}
+		_ = le.Release(ctx)
+	}
 }
 
 // TestHeldClusterMigrationMidway: while a lock's slot is halfway through

@@ -440,3 +440,38 @@ func TestHeldHealRacingAcquire(t *testing.T) {
 	}
 	t.Logf("%d grants, healed up to %d", len(grants), healed)
 }
+
+// TestHeldCounterLostAloneTokenGrows: the healed counter lost alone
+// (evicted, deleted), the offset kept: the next token comes from the clock
+// plus the offset, above the last one; Issued and Current agree.
+func TestHeldCounterLostAloneTokenGrows(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Second)
+	db := servers.Redis(t)
+	c := newClient(t, db.Addr)
+	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
+	h := nowMicros(t, ctx, c) + 1_000_000_000_000
+	if _, err := l.Heal(ctx, "k", h); err != nil {
+		t.Fatal(err)
+	}
+	l1, err := l.TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Del(ctx, db.Prefix+"{k}:tok").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Issued(ctx, "k")
+	if err != nil || b < l1.Token() {
+		t.Errorf("Issued after losing the counter = %d, %v; last token %d", b, err, l1.Token())
+	}
+	l2, err := l.TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l1.Token() {
+		t.Errorf("token %d after the counter was lost, the last was %d", l2.Token(), l1.Token())
+	}
+}
