@@ -475,3 +475,59 @@ func TestHeldCounterLostAloneTokenGrows(t *testing.T) {
 		t.Errorf("token %d after the counter was lost, the last was %d", l2.Token(), l1.Token())
 	}
 }
+
+// TestHeldLostHealRefusedAsStaleThenHealed: a heal and the grant after it
+// both lost with a failover: the new master's token falls back to its
+// clock, below the lost grant's; the fence refuses it as stale (safe),
+// the holder heals to the StaleError's mark and the next grant is admitted
+// and locks the stale holder out — the recovery the package doc describes.
+func TestHeldLostHealRefusedAsStaleThenHealed(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	m := servers.NewRedis(t)
+	r := servers.NewRedisReplica(t, m)
+	mc := newClient(t, m.Addr())
+	lm := newLocker(t, mc, redislock.Options{})
+	if err := r.Link.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	h := nowMicros(t, ctx, mc) + 1_000_000_000_000
+	if _, err := lm.Heal(ctx, "k", h); err != nil {
+		t.Fatal(err)
+	}
+	l1, err := lm.TryAcquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := &token.MemoryFence{Check: token.NoCheck()}
+	if err := fence.Claim(ctx, "r", l1.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc := newClient(t, r.Replica.Addr())
+	lr := newLocker(t, rc, redislock.Options{})
+	l2, err := lr.TryAcquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fence.Claim(ctx, "r", l2.Token())
+	var se *token.StaleError
+	if !errors.As(err, &se) {
+		t.Fatalf("token %d after the lost heal (lost grant %d): claim %v, want a StaleError", l2.Token(), l1.Token(), err)
+	}
+	if _, err := lr.Heal(ctx, "k", se.Current); err != nil {
+		t.Fatal(err)
+	}
+	_ = l2.Release(ctx)
+	l3, err := lr.TryAcquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, "r", l3.Token()); err != nil {
+		t.Errorf("healed holder refused: %v", err)
+	}
+	if err := fence.Claim(ctx, "r", l1.Token()); err == nil {
+		t.Errorf("stale holder admitted after the healed one")
+	}
+}
