@@ -261,7 +261,7 @@ func TestHeldClusterMigrationMidway(t *testing.T) {
 		t.Logf("%s: %v after %v (%v)", r.op, r.err, r.dur.Round(time.Millisecond), r.v)
 		switch r.op {
 		case "short TryAcquire", "short Acquire":
-			if !errors.Is(r.err, context.DeadlineExceeded) || r.dur > 600*time.Millisecond {
+			if !errors.Is(r.err, context.DeadlineExceeded) || r.dur > time.Second {
 				t.Errorf("%s: %v after %v, want the context's error by its deadline", r.op, r.err, r.dur)
 			}
 		case "TryAcquire":
@@ -305,7 +305,7 @@ func TestHeldClusterMigrationMidway(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		err := n.Release(rctx)
-		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 500*time.Millisecond {
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
 			t.Errorf("Release with a short context midway: %v after %v", err, time.Since(start))
 		}
 		return nil
