@@ -1,0 +1,72 @@
+package review19b
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+)
+
+// TestDefectReleaseDuringMigrationBlocksDeadline: redislock's
+// Lease.Release holds the lease's mutex for its whole round trip, and on a
+// Cluster that round trip now waits for a migrating slot (retried until
+// ctx ends). Meanwhile Lease.Deadline() — a getter, which package guard
+// calls to size lease contexts and renewal timers — and Renew block on the
+// same mutex for as long as the migration lasts (here ~1.5 s, up to the
+// Release's whole deadline when a migration stalls). The lease is still
+// held all that time; a guard renewal timer computing its next tick from
+// Deadline() stalls with it. Severity: low (liveness; nothing is granted
+// twice).
+func TestDefectReleaseDuringMigrationBlocksDeadline(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	rc := servers.NewRedisCluster(t, 2, 0)
+	cc := newClusterClient(t, rc, nil)
+	l := newLocker(t, cc, redislock.Options{Prefix: "rb:"})
+	le, err := l.TryAcquire(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := rc.MasterForKey(ctx, "rb:{k}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := rc.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := ms[0]
+	if to == from {
+		to = ms[1]
+	}
+	var blocked time.Duration
+	err = rc.Migrate(ctx, servers.KeySlot("rb:{k}"), to, servers.MigrateOptions{Midway: func(context.Context) error {
+		rdone := make(chan error, 1)
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			rdone <- le.Release(rctx)
+		}()
+		time.Sleep(100 * time.Millisecond) // Release is in its retry loop
+		got := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			_ = le.Deadline()
+			got <- time.Since(start)
+		}()
+		select {
+		case blocked = <-got:
+		case <-time.After(1500 * time.Millisecond):
+			blocked = 1500 * time.Millisecond
+		}
+		go func() { <-got; <-rdone }()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocked > 100*time.Millisecond {
+		t.Errorf("Lease.Deadline() blocked %v behind a Release waiting for the migration", blocked)
+	}
+}
