@@ -62,17 +62,11 @@ func tc(args ...string) error {
 // the returned heal is called (also at cleanup).
 func isolateZK(t *testing.T, peers zkPeers, id, pid int) (heal func()) {
 	t.Helper()
-	if _, err := exec.LookPath("tc"); err != nil || os.Geteuid() != 0 {
-		msg := "review19: partitioning a ZooKeeper member needs tc (Debian: iproute2) and root"
-		if os.Getenv(servers.EnvRequireServers) == "1" {
-			t.Fatalf("%s (failing instead of skipping: %s=1)", msg, servers.EnvRequireServers)
-		}
-		t.Skip(msg)
-	}
+	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	tcMu.Lock()
 	if err := tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "0", "r2q", "1"); err != nil {
 		tcMu.Unlock()
-		t.Skipf("review19: cannot shape loopback traffic: %v", err)
+		t.Fatalf("review19: cannot shape loopback traffic: %v", err)
 	}
 	var once sync.Once
 	heal = func() {

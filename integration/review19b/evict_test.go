@@ -39,6 +39,7 @@ func evicted(t *testing.T, c *redis.Client) int64 {
 // offset in a hash) or treating a counter above the floor without an
 // offset as a reason to refuse.
 func TestDefectEvictionLosesOffsetAlone(t *testing.T) {
+	defect(t, "TestDefectEvictionLosesOffsetAlone")
 	ctx := ctxFor(t, 30*time.Second)
 	s := servers.NewRedis(t)
 	c := newClient(t, s.Addr())

@@ -20,6 +20,7 @@ import (
 // Deadline() stalls with it. Severity: low (liveness; nothing is granted
 // twice).
 func TestDefectReleaseDuringMigrationBlocksDeadline(t *testing.T) {
+	defect(t, "TestDefectReleaseDuringMigrationBlocksDeadline")
 	ctx := ctxFor(t, 30*time.Second)
 	rc := servers.NewRedisCluster(t, 2, 0)
 	cc := newClusterClient(t, rc, nil)

@@ -83,9 +83,7 @@ func run(t *testing.T, args ...string) {
 // after its 2 s timeout and grants W. H must be told (Lost, Renew
 // failing) before W's grant and never renew after it.
 func TestHeldZKRenewOnMemberCutFromLeader(t *testing.T) {
-	if _, err := exec.LookPath("tc"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs tc and root")
-	}
+	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	ctx := ctxFor(t, 60*time.Second)
 	e := servers.NewZooKeeperEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
@@ -96,7 +94,7 @@ func TestHeldZKRenewOnMemberCutFromLeader(t *testing.T) {
 	_, lpeer, _ := memberPorts(t, leader)
 	port := followerLinkPort(t, f, lpeer)
 	if out, err := exec.Command("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1").CombinedOutput(); err != nil {
-		t.Skipf("lo has a root qdisc already (another test shaping it?): %v %s", err, out)
+		t.Fatalf("tc qdisc add on lo: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("tc", "qdisc", "del", "dev", "lo", "root").Run() })
 	run(t, "tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
@@ -141,11 +139,9 @@ func localPorts(t *testing.T, s *servers.Server, dport int) []int {
 // through the slow class.
 func shapeLo(t *testing.T) func(port int) {
 	t.Helper()
-	if _, err := exec.LookPath("tc"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs tc and root")
-	}
+	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	if out, err := exec.Command("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1").CombinedOutput(); err != nil {
-		t.Skipf("lo has a root qdisc already (another test shaping it?): %v %s", err, out)
+		t.Fatalf("tc qdisc add on lo: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("tc", "qdisc", "del", "dev", "lo", "root").Run() })
 	run(t, "tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
