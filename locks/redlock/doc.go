@@ -83,10 +83,12 @@
 // and 4 cut off), node 2 restarts, B wins 2–4 while A still holds 0 and 1,
 // reads c on 3 and 4, and gets a again — two holders with equal tokens,
 // and every fence admits an equal token as the same holder. So each node
-// keeps, next to its counter, an offset d (<prefix>{key}:tokd) and floors
-// its counter by clock + d: [Locker.Heal] raises d to the target's lead
-// over the node's clock, and every write-back to the token's lead (token −
-// 1 − the node's clock when it answered the acquire). Healed tokens then
+// keeps, with its counter and in the same key ("c:d" at <prefix>{key}:tok,
+// so that an eviction or an expiry never takes one without the other), an
+// offset d, and floors its counter by clock + d: [Locker.Heal] raises d
+// to the target's lead over the node's clock, and every write-back to the
+// token's lead (token − 1 − the node's clock at the write-back). Healed
+// tokens then
 // grow with the clocks like unhealed ones: in the example, nodes 3 and 4
 // floor c by their clock + the heal's lead, which has grown since A's
 // grant, and B's token is above a (integration/review19
@@ -101,8 +103,8 @@
 // ahead, the others floor at least as high, so a later lost intersection
 // does not depend on that node's clock. Offsets only grow; a token drawn
 // from a node's own floor leaves its offset as it was (the −1), so d does
-// not creep from grant to grant. Counter and offset are written together,
-// with one idle expiry (CounterIdle).
+// not creep from grant to grant. Counter and offset live and idle out
+// together (CounterIdle).
 //
 // The price: a lead, once carried, stays. A node whose clock jumped X
 // ahead and was set right again leaves the key's tokens X ahead of the
@@ -112,7 +114,7 @@
 // nothing honest for it unless X exceeds its [token.ClockBound] skew (5
 // minutes by default), and then it refuses, never admits. To recover from
 // such a jump, prefer [token.SequencerCheck] at the resources; or, with the
-// key not held, delete its <prefix>{key}:tok and :tokd on every node and
+// key not held, delete its <prefix>{key}:tok on every node and
 // [Locker.Heal] it to the resources' marks.
 //
 // The price of the token is one extra round: the write-back, in parallel

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,7 +241,8 @@ func TestSequencerOutvotesFailedAttempts(t *testing.T) {
 	// nodes 0 and 1 only, and the second one's give-back fails there too.
 	const hour = 3600_000_000 // µs
 	for _, raw := range n.raw[:2] {
-		if err := raw.Set(ctx, n.prefix+"{"+key+"}:tokd", strconv.Itoa(hour), time.Hour).Err(); err != nil {
+		c, _, _ := strings.Cut(raw.Get(ctx, n.prefix+"{"+key+"}:tok").Val(), ":")
+		if err := raw.Set(ctx, n.prefix+"{"+key+"}:tok", c+":"+strconv.Itoa(hour), time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -267,6 +269,7 @@ func TestSequencerOutvotesFailedAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c0, _, _ = strings.Cut(c0, ":")
 	failed, err := token.Parse(c0)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,8 +33,8 @@ func TestOffsetsDoNotCreep(t *testing.T) {
 		t.Errorf("after %d grants the last token %d is %d µs ahead of the clock", len(toks), last, last-now)
 	}
 	for i, raw := range raws {
-		if d := raw.Get(ctx, prefix+"{"+key+"}:tokd").Val(); d != "0" {
-			t.Errorf("node %d: offset %q after %d grants on one clock, want 0", i, d, len(toks))
+		if v := raw.Get(ctx, prefix+"{"+key+"}:tok").Val(); strings.Contains(v, ":") {
+			t.Errorf("node %d: counter %q after %d grants on one clock, want no offset", i, v, len(toks))
 		}
 	}
 }
@@ -56,43 +57,38 @@ func TestOffsetCarriesFastClock(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			key := fmt.Sprint("fast-", carry)
 			const hour = token.Token(3600_000_000)
-			lockKey, counter, offset := prefix+"{"+key+"}", prefix+"{"+key+"}:tok", prefix+"{"+key+"}:tokd"
-			if err := raws[0].Set(ctx, offset, hour.String(), time.Hour).Err(); err != nil {
+			lockKey, counter := prefix+"{"+key+"}", prefix+"{"+key+"}:tok"
+			if err := raws[0].Set(ctx, counter, "0:"+hour.String(), time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
 			t0 := grants(t, ctx, l, key, 1)[0]
 			for i, raw := range raws[1:] {
-				d, err := strconv.ParseUint(raw.Get(ctx, offset).Val(), 10, 64)
-				if err != nil || token.Token(d) > hour || token.Token(d) < hour-token.Token(time.Second.Microseconds()) {
-					t.Errorf("node %d: offset %d (%v) after a token from a clock an hour ahead", i+1, d, err)
+				v := raw.Get(ctx, counter).Val()
+				c, d, _ := strings.Cut(v, ":")
+				n, err := strconv.ParseUint(d, 10, 64)
+				if err != nil || c != t0.String() || token.Token(n) > hour || token.Token(n) < hour-token.Token(time.Second.Microseconds()) {
+					t.Errorf("node %d: counter %q (%v) after token %d from a clock an hour ahead", i+1, v, err, t0)
 				}
 			}
 			if !carry {
 				for _, raw := range raws {
-					raw.Del(ctx, offset)
+					raw.Set(ctx, counter, t0.String(), time.Hour)
 				}
 			}
 			// Node 0 restarts without persistence, and while it is down
 			// (simulated: its lock held by another grant) A wins 1–4.
-			raws[0].Del(ctx, counter, offset)
+			raws[0].Del(ctx, counter)
 			raws[0].Set(ctx, lockKey, "down", 20*time.Second)
-			before := map[string]string{}
-			for _, k := range []string{counter, offset} {
-				before[k] = raws[4].Get(ctx, k).Val()
-			}
+			before := raws[4].Get(ctx, counter).Val()
 			a, err := l.TryAcquire(ctx, key, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Release(ctx)
-			raws[4].Del(ctx, lockKey, counter, offset) // A's write-back never reached node 4
-			for k, v := range before {
-				if v != "" {
-					raws[4].Set(ctx, k, v, time.Hour)
-				}
-			}
-			raws[0].Del(ctx, lockKey)                  // node 0 is back, empty
-			raws[2].Del(ctx, lockKey, counter, offset) // node 2 restarts
+			raws[4].Del(ctx, lockKey)                    // A's write-back never reached node 4:
+			raws[4].Set(ctx, counter, before, time.Hour) // its counter as before A
+			raws[0].Del(ctx, lockKey)                    // node 0 is back, empty
+			raws[2].Del(ctx, lockKey, counter)           // node 2 restarts
 			b, err := l.TryAcquire(ctx, key, 20*time.Second)
 			if err != nil {
 				t.Fatalf("B, on nodes 0, 2, 4: %v", err)
@@ -109,27 +105,28 @@ func TestOffsetCarriesFastClock(t *testing.T) {
 	}
 }
 
-// A malformed offset fails its node like a malformed counter: a
-// CounterError naming the offset's key, nothing taken there; on a
-// majority the acquire fails and Heal repairs it.
+// A malformed offset (in the counter's key, after its ':') fails its node
+// like a malformed counter: a CounterError with the whole value, nothing
+// taken there; on a majority the acquire fails and Heal repairs it.
 func TestMalformedOffset(t *testing.T) {
 	cs, raws, prefix := sharedNodes(t)
 	l := newLocker(t, cs, redlock.Options{Prefix: prefix})
 	ctx := ctxFor(t, time.Minute)
-	for _, bad := range []string{"abc", "007", "-5", "1.5", "9223372036854775808", ""} {
+	for _, bad := range []string{"abc", "007", "-5", "1.5", "9223372036854775808", "", "1:2"} {
 		key := "malformed-offset-" + bad
-		offset := prefix + "{" + key + "}:tokd"
+		counter := prefix + "{" + key + "}:tok"
 		first := grants(t, ctx, l, key, 1)[0]
+		bad := first.String() + ":" + bad
 		for _, raw := range raws[:3] {
-			if err := raw.Set(ctx, offset, bad, 0).Err(); err != nil {
+			if err := raw.Set(ctx, counter, bad, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		_, err := l.Acquire(ctx, key, 5*time.Second)
 		var qe *redlock.QuorumError
 		var ce *redlock.CounterError
-		if !errors.As(err, &qe) || !errors.As(err, &ce) || ce.Value != bad || ce.Key != offset {
-			t.Fatalf("offset %q on three nodes: %v; want a QuorumError with a CounterError for %s", bad, err, offset)
+		if !errors.As(err, &qe) || !errors.As(err, &ce) || ce.Value != bad || ce.Key != counter {
+			t.Fatalf("counter %q on three nodes: %v; want a QuorumError with a CounterError for %s", bad, err, counter)
 		}
 		if _, err := l.Issued(ctx, key); !errors.As(err, &ce) {
 			t.Fatalf("Issued with offset %q on three nodes: %v", bad, err)

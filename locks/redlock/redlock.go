@@ -67,15 +67,9 @@ func (e *CounterError) Error() string {
 func nodeErr(i int, k lockKeys, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		key := k.counter
-		v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix)
-		if !ok {
-			key = k.offset
-			v, ok = strings.CutPrefix(rerr.Error(), offsetErrPrefix)
-		}
-		if ok {
+		if v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix); ok {
 			v, _, _ = strings.Cut(v, " script: ")
-			return &CounterError{Node: i, Key: key, Value: v}
+			return &CounterError{Node: i, Key: k.counter, Value: v}
 		}
 	}
 	return err
@@ -169,14 +163,14 @@ func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys
 }
 
 type lockKeys struct {
-	lock, counter, offset, channel string
+	lock, counter, channel string
 }
 
 func (l *Locker) keys(key string) lockKeys { return keysFor(l.o.Prefix, key) }
 
 func keysFor(prefix, key string) lockKeys {
 	base := prefix + "{" + key + "}"
-	return lockKeys{lock: base, counter: base + ":tok", offset: base + ":tokd", channel: base + ":wake"}
+	return lockKeys{lock: base, counter: base + ":tok", channel: base + ":wake"}
 }
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
@@ -310,7 +304,7 @@ func backoff(n int) time.Duration {
 // acquireNode runs the acquire script on node i; granted, it reports the
 // node's floor (readFloor).
 func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, err error) {
-	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter, k.offset}, id, ms(ttl)).Slice()
+	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
 	if err != nil {
 		return false, 0, 0, "", nodeErr(i, k, err)
 	}
@@ -375,7 +369,7 @@ func parseCounter(s string) (token.Token, error) {
 // writeBackNode writes tok back to node i, and raises the node's offset to
 // tok's lead over its clock (see writeBackScript).
 func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
-	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter, k.offset}, id, tok.String(), ms(l.o.CounterIdle)).Int()
+	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
 	return n == 1, nodeErr(i, k, err)
 }
 
@@ -551,7 +545,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	var top token.Token
 	answered := 0
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.offset}).Slice()
+		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter}).Slice()
 		var floor token.Token
 		if err == nil {
 			if len(res) != 3 {
@@ -620,7 +614,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 // healNode raises node i's counter to at least to, and its offset so that
 // its clock floor is at least to from now on.
 func (l *Locker) healNode(ctx context.Context, i int, k lockKeys, to token.Token) error {
-	return healScript.Run(ctx, l.nodes[i], []string{k.counter, k.offset}, to.String(), ms(l.o.CounterIdle), (to + 1).String()).Err()
+	return healScript.Run(ctx, l.nodes[i], []string{k.counter}, to.String(), ms(l.o.CounterIdle), (to + 1).String()).Err()
 }
 
 func newID() string {

@@ -6,10 +6,11 @@ import "github.com/redis/go-redis/v9"
 //
 //	<prefix>{<key>}      the lock: "<grant id>" once taken, "<grant id>|<token>"
 //	                     once the grant's token is written back; PX ttl
-//	<prefix>{<key>}:tok  the node's token counter, PX counter idle time
-//	<prefix>{<key>}:tokd the node's clock offset d, PX counter idle time:
-//	                     its clock floor is now + d (see "The clock offset"
-//	                     in the package doc)
+//	<prefix>{<key>}:tok  the node's token counter c and clock offset d, as
+//	                     "c:d" ("c" when d is 0), PX counter idle time: the
+//	                     node's floor is max(c, now + d) (see "The clock
+//	                     offset" in the package doc). One key, so that they
+//	                     are kept or lost together (an eviction, an expiry)
 //
 // and a release publishes on <prefix>{<key>}:wake.
 //
@@ -19,16 +20,12 @@ import "github.com/redis/go-redis/v9"
 // below 2^53. The scripts compare them
 // as strings (gt), read the clock as a string (nowstr), and refuse a
 // stored counter that is not such a string with an error reply starting
-// with counterErrPrefix (offsetErrPrefix for the offset). Minting (max +
-// 1) and the clock floor (now + d) happen in Go, in uint64.
+// with counterErrPrefix. Minting (max + 1) and the clock floor (now + d)
+// happen in Go, in uint64.
 
 // counterErrPrefix starts the error reply of a script that found a
-// malformed counter, offsetErrPrefix one that found a malformed clock
-// offset; the node's client turns either into a [*CounterError].
-const (
-	counterErrPrefix = "FENCEGUARD_COUNTER "
-	offsetErrPrefix  = "FENCEGUARD_OFFSET "
-)
+// malformed counter; the node's client turns it into a [*CounterError].
+const counterErrPrefix = "FENCEGUARD_COUNTER "
 
 // decimal defines, for the scripts:
 //
@@ -36,11 +33,11 @@ const (
 //	           of equal length, the high digits (at most 10: exact as a
 //	           double) decide, then the low 9.
 //	valid(s)   s is a canonical decimal string, 0 to token.MaxInt64.
-//	counter(k) the counter stored at k, nil when there is none; a malformed
-//	           one raises the error reply (nothing has been written yet in
-//	           any script that calls it first).
-//	offset(k)  the clock offset stored at k, '0' when there is none; a
-//	           malformed one raises the error reply, as counter does.
+//	counter(k) the counter and the clock offset stored at k: c (nil when
+//	           there is none) and d ('0' when there is none); a malformed
+//	           value raises the error reply (nothing has been written yet
+//	           in any script that calls it first).
+//	store(k, c, d, idle) writes them back, "c" or "c:d", PX idle.
 //	lead(v, now) the offset that puts the clock's next µs at v: v − 1 −
 //	           now, or '0' when v is not ahead of now + 1; digit by digit.
 const decimal = `
@@ -56,12 +53,22 @@ local function valid(s)
   return not gt(s, '9223372036854775807')
 end
 local function counter(k)
-  local c = redis.call('GET', k)
-  if not c then return nil end
-  if not valid(c) then
-    return error({err = '` + counterErrPrefix + `' .. string.sub(c, 1, 40)})
+  local v = redis.call('GET', k)
+  if not v then return nil, '0' end
+  local c, d = v, '0'
+  local i = string.find(v, ':', 1, true)
+  if i then c, d = string.sub(v, 1, i - 1), string.sub(v, i + 1) end
+  if not valid(c) or not valid(d) then
+    return error({err = '` + counterErrPrefix + `' .. string.sub(v, 1, 40)})
   end
-  return c
+  return c, d
+end
+local function store(k, c, d, idle)
+  if d == '0' then
+    redis.call('SET', k, c, 'PX', idle)
+  else
+    redis.call('SET', k, c .. ':' .. d, 'PX', idle)
+  end
 end
 local function lead(v, now)
   if not gt(v, now) then return '0' end
@@ -78,14 +85,6 @@ local function lead(v, now)
   local s = string.gsub(string.reverse(table.concat(r)), '^0+', '')
   if s == '' then return '0' end
   return s
-end
-local function offset(k)
-  local d = redis.call('GET', k)
-  if not d then return '0' end
-  if not valid(d) then
-    return error({err = '` + offsetErrPrefix + `' .. string.sub(d, 1, 40)})
-  end
-  return d
 end
 `
 
@@ -110,12 +109,11 @@ local nowstr = t[1] .. string.format('%06d', tonumber(t[2]))
 // clock plus the offset, in uint64). A malformed counter or offset fails
 // the call before the lock is taken.
 //
-// KEYS: lock, counter, offset. ARGV: id, ttl ms.
-// Returns {1, counter or ”, now, offset} when taken, {0, pttl, holder}
+// KEYS: lock, counter. ARGV: id, ttl ms.
+// Returns {1, counter or "", now, offset} when taken, {0, pttl, holder}
 // when held by another (holder: the lock's value, "id" or "id|token").
 var acquireScript = redis.NewScript(decimal + `
-local c = counter(KEYS[2])
-local d = offset(KEYS[3])
+local c, d = counter(KEYS[2])
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) or ''}
 end
@@ -130,23 +128,20 @@ return {1, c or '', nowstr, d}
 // µs on the node's clock floor alone is at least the token. The clock is
 // read here, after every node answered the acquire: a lead taken from an
 // earlier reading would add the spread of the acquire's answers to the
-// offset at every grant, and tokens would run ahead of the clocks. Counter
-// and offset are written together, with one idle expiry.
+// offset at every grant, and tokens would run ahead of the clocks.
 //
-// KEYS: lock, counter, offset. ARGV: id, token, counter idle ms.
+// KEYS: lock, counter. ARGV: id, token, counter idle ms.
 // Returns 1 when written, 0 when the node's lock is not ours.
 var writeBackScript = redis.NewScript(decimal + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if not valid(ARGV[2]) or ARGV[2] == '0' then return redis.error_reply('redlock: bad token ' .. ARGV[2]) end
-local c = counter(KEYS[2])
-local d = offset(KEYS[3])
+local c, d = counter(KEYS[2])
 ` + timeNow + `
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'KEEPTTL')
 if not c or gt(ARGV[2], c) then c = ARGV[2] end
 local nd = lead(ARGV[2], nowstr)
 if gt(nd, d) then d = nd end
-redis.call('SET', KEYS[2], c, 'PX', ARGV[3])
-redis.call('SET', KEYS[3], d, 'PX', ARGV[3])
+store(KEYS[2], c, d, ARGV[3])
 return 1
 `)
 
@@ -173,12 +168,11 @@ return 1
 `)
 
 // issuedScript returns what the bound of the node's tokens is computed
-// from: {counter or ”, now in µs, offset}.
+// from: {counter or "", now in µs, offset}.
 //
-// KEYS: counter, offset.
+// KEYS: counter.
 var issuedScript = redis.NewScript(decimal + `
-local c = counter(KEYS[1])
-local d = offset(KEYS[2])
+local c, d = counter(KEYS[1])
 ` + timeNow + `
 return {c or '', nowstr, d}
 `)
@@ -199,25 +193,22 @@ return {redis.call('GET', KEYS[1]) or '', c or ''}
 // malformed counter is not a token this package wrote — whatever it stood
 // for is lost, as on a restart — and is replaced by max(target, now in
 // µs), the value a restarted node would floor its counter to after the
-// heal; a malformed offset is replaced by the target's lead. Both are
-// written, with one idle expiry.
+// heal, and its offset by the target's lead.
 //
-// KEYS: counter, offset. ARGV: target, counter idle ms, target + 1.
+// KEYS: counter. ARGV: target, counter idle ms, target + 1.
 // Returns the counter.
 var healScript = redis.NewScript(decimal + timeNow + `
 if not valid(ARGV[1]) then return redis.error_reply('redlock: bad heal target ' .. ARGV[1]) end
 if not valid(ARGV[3]) then return redis.error_reply('redlock: bad heal target ' .. ARGV[3]) end
-local c = redis.call('GET', KEYS[1])
-if c and not valid(c) then
-  c = nowstr
-  if gt(ARGV[1], c) then c = ARGV[1] end
-elseif not c or gt(ARGV[1], c) then
-  c = ARGV[1]
-end
 local nd = lead(ARGV[3], nowstr)
-local d = redis.call('GET', KEYS[2])
-if not d or not valid(d) or gt(nd, d) then d = nd end
-redis.call('SET', KEYS[1], c, 'PX', ARGV[2])
-redis.call('SET', KEYS[2], d, 'PX', ARGV[2])
+local ok, c, d = pcall(counter, KEYS[1])
+if not ok then
+  c, d = nowstr, nd
+  if gt(ARGV[1], c) then c = ARGV[1] end
+else
+  if not c or gt(ARGV[1], c) then c = ARGV[1] end
+  if gt(nd, d) then d = nd end
+end
+store(KEYS[1], c, d, ARGV[2])
 return c
 `)
