@@ -123,7 +123,6 @@ func namesOn(t *testing.T, where string, c redislock.Client, fc redislock.FenceC
 // hash-tag check). zklock's Issued refuses it. Severity: cosmetic (an
 // inconsistent contract; no lock can hold that name).
 func TestDefectIssuedEmptyKeyNotRefused(t *testing.T) {
-	defect(t, "TestDefectIssuedEmptyKeyNotRefused")
 	ctx := ctxFor(t, 10*time.Second)
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)

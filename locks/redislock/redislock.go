@@ -439,6 +439,9 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 // [Locker.Current] is the tighter bound: a token above the current
 // holder's was not granted yet either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: issued: empty key", locks.ErrInvalid)
+	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err
 	}
@@ -464,9 +467,12 @@ type Lease struct {
 	tok token.Token
 	ttl time.Duration
 
-	mu       sync.Mutex
-	deadline time.Time // guarded by mu
-	released bool      // guarded by mu
+	// releasing serialises Release calls; it is not held by Deadline or
+	// Renew, so a Release waiting out a Cluster migration blocks neither.
+	releasing sync.Mutex
+	mu        sync.Mutex
+	deadline  time.Time // guarded by mu
+	released  bool      // guarded by mu
 }
 
 var _ locks.Lease = (*Lease)(nil)
@@ -516,9 +522,12 @@ func (s *Lease) Renew(ctx context.Context) error {
 // move until ctx ends (see "Failover and resharding" in the package doc):
 // give ctx a deadline.
 func (s *Lease) Release(ctx context.Context) error {
+	s.releasing.Lock()
+	defer s.releasing.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.released {
+	released := s.released
+	s.mu.Unlock()
+	if released {
 		return nil
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, ms(s.l.o.CounterIdle)).Int()
@@ -528,6 +537,8 @@ func (s *Lease) Release(ctx context.Context) error {
 	if n != 1 {
 		return locks.NotHeldError("release", s.key, s.tok)
 	}
+	s.mu.Lock()
 	s.released = true
+	s.mu.Unlock()
 	return nil
 }
