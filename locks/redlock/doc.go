@@ -234,8 +234,9 @@
 //   - [locks.ErrInvalid]: a bad argument (empty key, short TTL, a Heal
 //     target of zero or above MaxHeal); nothing was sent.
 //   - [*QuorumError]: too few nodes answered; no token was issued.
-//   - [*CounterError]: a node's counter is malformed (inside a QuorumError
-//     when it cost the quorum).
+//   - [*CounterError] (token.ErrInvalid): a node's counter or offset is
+//     malformed (inside a QuorumError when it cost the quorum); retrying
+//     does not help, [Locker.Heal] replaces it.
 //   - [*token.RangeError] (token.ErrRange): the counter is at the ceiling.
 //   - [ErrClosed]: the Locker was closed while an Acquire waited.
 //

@@ -63,6 +63,10 @@ func (e *CounterError) Error() string {
 	return fmt.Sprintf("redlock: node %d: malformed token counter %q at %q", e.Node, e.Value, e.Key)
 }
 
+// Unwrap returns [token.ErrInvalid]: what the node holds is not a token,
+// and retrying does not change that.
+func (e *CounterError) Unwrap() error { return token.ErrInvalid }
+
 // nodeErr gives a script's error on node i its type.
 func nodeErr(i int, k lockKeys, err error) error {
 	var rerr redis.Error
