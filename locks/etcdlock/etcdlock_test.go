@@ -79,9 +79,9 @@ func TestConformanceEtcd34(t *testing.T) { conformance(t, servers.Etcd) }
 // A late or retried release of an old grant must not delete a newer grant
 // made with the same lease. (etcd's own Mutex names its key after the lease,
 // so a new grant on the same lease reuses the name, and deletes by name.)
-// Here every grant gets a fresh name, and a release is guarded by the
+// Here every grant gets a fresh name, which its release deletes, and the
 // grant's ownership test — its key still there with its create revision —
-// which must fail for the old grant even though its lease lives on.
+// must fail for the old grant even though its lease lives on.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
@@ -108,6 +108,14 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete(d.Prefix, clientv3.WithPrefix())).Commit()
 	if err != nil || resp.Succeeded {
 		t.Fatalf("the first grant's ownership test still holds: %v %v", resp, err)
+	}
+	// Release deletes the grant's key by name: the first grant's name is
+	// not the second's, so a late release of the first deletes nothing.
+	if dr, err := c.Delete(ctx, first.(*etcdlock.Lease).OwnKey()); err != nil || dr.Deleted != 0 {
+		t.Fatalf("a late release of the first grant deleted %v keys (%v)", dr, err)
+	}
+	if second.(*etcdlock.Lease).OwnKey() == first.(*etcdlock.Lease).OwnKey() {
+		t.Fatal("two grants on one lease share a key name")
 	}
 	if second.Token() <= first.Token() {
 		t.Fatalf("token %d after %d", second.Token(), first.Token())
