@@ -56,10 +56,12 @@ type Locker struct {
 	c Client
 	o Options
 
-	mu      sync.Mutex
-	idle    map[int64][]idleLease // guarded by mu; by TTL in seconds
-	closed  bool                  // guarded by mu
-	cleanup cleanup.Group         // background clean-ups (Lease.abandon)
+	mu         sync.Mutex
+	idle       map[int64][]idleLease // guarded by mu; by TTL in seconds
+	refreshing map[int64]int         // guarded by mu; idle leases being refreshed, by TTL
+	closed     bool                  // guarded by mu
+	refreshes  sync.WaitGroup        // refreshIdle; Go only under mu while !closed
+	cleanup    cleanup.Group         // background clean-ups (Lease.abandon)
 }
 
 type idleLease struct {
@@ -88,10 +90,11 @@ func New(c Client, o Options) (*Locker, error) {
 	if o.IdleLeases == 0 {
 		o.IdleLeases = 16
 	}
-	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}}, nil
+	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}, refreshing: map[int64]int{}}, nil
 }
 
-// Close revokes the idle leases the locker keeps, waits for the clean-ups
+// Close revokes the idle leases the locker keeps (those being refreshed
+// in the background once their keep-alive returns), waits for the clean-ups
 // of failed acquires still running in the background, and fails later
 // acquires with [ErrClosed]. Granted leases stay usable. It takes at most
 // about a second when etcd does not answer (the idle leases then lapse at
@@ -125,6 +128,7 @@ func (l *Locker) Close() error {
 		}
 	}
 	wg.Wait()
+	l.refreshes.Wait() // each revokes its lease itself, bounded like the revokes above
 	l.cleanup.Close()
 	return errors.Join(errs...)
 }
@@ -186,15 +190,49 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	return resp.ID, func() (time.Time, error) { return sent.Add(ttl), nil }, nil
 }
 
-// putBack keeps a lease that holds no key for reuse.
+// putBack keeps a lease that holds no key for reuse. One that a later
+// acquire would have to refresh first (less than two thirds of its TTL
+// left) is refreshed now, in the background, and joins the idle leases
+// when its keep-alive returns: the acquire that reuses it then sends
+// nothing but its transaction, instead of waiting for a keep-alive on a
+// stream of its own (the tail of the acquire's latency, once every third
+// of a TTL for every lease in use).
 func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	secs := seconds(ttl)
-	if l.closed || len(l.idle[secs]) >= l.o.IdleLeases {
+	if l.closed || len(l.idle[secs])+l.refreshing[secs] >= l.o.IdleLeases {
 		return // it lapses on its own at its TTL
 	}
-	l.idle[secs] = append(l.idle[secs], idleLease{id, deadline})
+	switch left := time.Until(deadline); {
+	case left >= 2*ttl/3:
+		l.idle[secs] = append(l.idle[secs], idleLease{id, deadline})
+	case left >= ttl/4:
+		l.refreshing[secs]++
+		l.refreshes.Go(func() { l.refreshIdle(id, ttl) })
+	default:
+		// too close to expiry to trust; let it lapse
+	}
+}
+
+// refreshIdle sends a keep-alive of an idle lease and keeps the lease for
+// reuse if it lives, or revokes it if the locker closed meanwhile.
+func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
+	defer cancel()
+	secs := seconds(ttl)
+	sent := time.Now()
+	_, err := l.c.KeepAliveOnce(ctx, id)
+	l.mu.Lock()
+	l.refreshing[secs]--
+	closed := l.closed
+	if err == nil && !closed {
+		l.idle[secs] = append(l.idle[secs], idleLease{id, sent.Add(ttl)})
+	}
+	l.mu.Unlock()
+	if err == nil && closed {
+		_, _ = l.c.Revoke(ctx, id) // else it lapses at its TTL
+	}
 }
 
 // Issued returns an upper bound of every token granted so far, for any key:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,3 +411,67 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// keepAliveCounter counts the one-shot keep-alives the locker sends.
+type keepAliveCounter struct {
+	*clientv3.Client
+	n atomic.Int64
+}
+
+func (k *keepAliveCounter) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	k.n.Add(1)
+	return k.Client.KeepAliveOnce(ctx, id)
+}
+
+// A lease released with less than two thirds of its TTL left is refreshed
+// in the background, so the acquire that reuses it sends no keep-alive of
+// its own and still gets a deadline a whole TTL away; Close revokes it.
+func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	kc := &keepAliveCounter{Client: c}
+	l := newLocker(t, kc, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	const ttl = 3 * time.Second
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl/3 + 200*time.Millisecond) // under two thirds left
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); kc.n.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("the released lease was not refreshed")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the refresh put it back
+	second, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := second.(*etcdlock.Lease).LeaseID()
+	if id != first.(*etcdlock.Lease).LeaseID() {
+		t.Fatal("the second grant did not reuse the refreshed lease")
+	}
+	if n := kc.n.Load(); n != 1 {
+		t.Fatalf("%d keep-alives, want 1 (the background refresh alone)", n)
+	}
+	if left := time.Until(second.Deadline()); left < 2*ttl/3 {
+		t.Fatalf("deadline %v away, want at least %v", left, 2*ttl/3)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ttlResp, err := c.TimeToLive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttlResp.TTL != -1 {
+		t.Fatalf("lease still alive after Close (TTL %d)", ttlResp.TTL)
+	}
+}
