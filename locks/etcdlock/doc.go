@@ -64,13 +64,15 @@
 // holder renews, and a stuck critical section is never cut short. This
 // package gives every held lock its own lease instead, and pays for it only
 // once: a released grant's lease is kept (up to Options.IdleLeases per TTL)
-// and reused by a later acquire. A lease released with less than two
-// thirds of its TTL left is refreshed by a keep-alive in the background
-// before it is reused, so the acquire that takes it waits for nothing but
-// its transaction; one that aged that far while idle is refreshed by a
-// keep-alive sent alongside the acquire's transaction. An uncontended
-// acquire and release is then one write each, as with the Mutex. The idle
-// leases are revoked by [Locker.Close], or lapse at their TTL.
+// and reused by a later acquire, which reuses it as it is while two thirds
+// of its TTL are left. Keep-alives keep it so in the background: when it is
+// released with less left, and, while it has been idle for less than a TTL,
+// whenever it is down to three quarters of it — so the acquire that takes it
+// waits for nothing but its transaction, also after a pause. A lease idle
+// longer than that is refreshed by a keep-alive sent alongside the
+// acquire's transaction, or lapses. An uncontended acquire and release is
+// then one write each, as with the Mutex. The idle leases are revoked by
+// [Locker.Close], or lapse at their TTL.
 //
 // A late or retried release cannot remove a newer grant — the known bug of
 // concurrency.Mutex, whose Unlock deletes by a name derived from the lease

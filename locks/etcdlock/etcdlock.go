@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,7 +67,9 @@ type Locker struct {
 
 type idleLease struct {
 	id       clientv3.LeaseID
-	deadline time.Time // conservative local expiry
+	deadline time.Time   // conservative local expiry
+	since    time.Time   // idle since: its last grant's release
+	timer    *time.Timer // nil, or refreshes it while idle (keepIdle)
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -108,6 +111,11 @@ func (l *Locker) Close() error {
 	l.closed = true
 	idle := l.idle
 	l.idle = nil
+	for _, ls := range idle {
+		for _, il := range ls {
+			il.stop()
+		}
+	}
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 	defer cancel()
@@ -155,6 +163,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	for ls := l.idle[secs]; len(ls) > 0; ls = l.idle[secs] {
 		il := ls[len(ls)-1]
 		l.idle[secs] = ls[:len(ls)-1]
+		il.stop()
 		left := time.Until(il.deadline)
 		if left < ttl/4 {
 			continue // too close to expiry to trust; let it lapse
@@ -206,18 +215,85 @@ func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.T
 	}
 	switch left := time.Until(deadline); {
 	case left >= 2*ttl/3:
-		l.idle[secs] = append(l.idle[secs], idleLease{id, deadline})
+		l.keepIdle(secs, ttl, idleLease{id: id, deadline: deadline, since: time.Now()})
 	case left >= ttl/4:
 		l.refreshing[secs]++
-		l.refreshes.Go(func() { l.refreshIdle(id, ttl) })
+		since := time.Now()
+		l.refreshes.Go(func() { l.refreshIdle(id, ttl, since) })
 	default:
 		// too close to expiry to trust; let it lapse
 	}
 }
 
+// keepIdle adds il to the idle leases (l.mu held, l not closed). While it
+// has been idle for less than a TTL, it is refreshed in the background
+// before it would need a keep-alive at its reuse — at three quarters of its
+// TTL left, staying in the pool meanwhile, still fresh enough to reuse
+// as it is — so that a burst of acquires after a pause shorter than a TTL
+// finds fresh leases, as a concurrency.Session's lease is kept alive while
+// no lock uses it; but only for a TTL: then it lapses, and an idle locker
+// costs etcd nothing.
+func (l *Locker) keepIdle(secs int64, ttl time.Duration, il idleLease) {
+	l.idle[secs] = append(l.idle[secs], l.scheduleRefresh(secs, ttl, il))
+}
+
+// scheduleRefresh returns il with the timer of its next background
+// refresh, if it has one (see keepIdle).
+func (l *Locker) scheduleRefresh(secs int64, ttl time.Duration, il idleLease) idleLease {
+	il.timer = nil
+	if time.Since(il.since) < ttl {
+		id := il.id
+		il.timer = time.AfterFunc(time.Until(il.deadline)-3*ttl/4, func() { l.refreshIfIdle(secs, ttl, id) })
+	}
+	return il
+}
+
+func (il idleLease) stop() {
+	if il.timer != nil {
+		il.timer.Stop()
+	}
+}
+
+// refreshIfIdle refreshes the idle lease id where it is, in the pool,
+// unless an acquire took it meanwhile or the locker closed. An acquire that
+// takes it while the keep-alive is on its way reuses it with its earlier
+// deadline, still at least two thirds of a TTL away.
+func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || !slices.ContainsFunc(l.idle[secs], func(il idleLease) bool { return il.id == id }) {
+		return
+	}
+	l.refreshes.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
+		defer cancel()
+		sent := time.Now()
+		_, err := l.c.KeepAliveOnce(ctx, id)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.closed {
+			return // Close revokes it
+		}
+		ls := l.idle[secs]
+		i := slices.IndexFunc(ls, func(il idleLease) bool { return il.id == id })
+		switch {
+		case i < 0:
+			// taken meanwhile, with its earlier deadline
+		case err == nil:
+			ls[i].deadline = sent.Add(ttl)
+			ls[i] = l.scheduleRefresh(secs, ttl, ls[i])
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			l.idle[secs] = slices.Delete(ls, i, i+1)
+		default:
+			// left as it is, to lapse: a later acquire refreshes it or
+			// drops it
+		}
+	})
+}
+
 // refreshIdle sends a keep-alive of an idle lease and keeps the lease for
 // reuse if it lives, or revokes it if the locker closed meanwhile.
-func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration) {
+func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration, since time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 	defer cancel()
 	secs := seconds(ttl)
@@ -227,7 +303,7 @@ func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration) {
 	l.refreshing[secs]--
 	closed := l.closed
 	if err == nil && !closed {
-		l.idle[secs] = append(l.idle[secs], idleLease{id, sent.Add(ttl)})
+		l.keepIdle(secs, ttl, idleLease{id: id, deadline: sent.Add(ttl), since: since})
 	}
 	l.mu.Unlock()
 	if err == nil && closed {

@@ -475,3 +475,55 @@ func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
 		t.Fatalf("lease still alive after Close (TTL %d)", ttlResp.TTL)
 	}
 }
+
+// An idle lease is refreshed in the background, where it is in the pool,
+// while it has been idle for less than a TTL, so an acquire after a short
+// pause finds it fresh and sends no keep-alive; after that it is left to
+// lapse.
+func TestIdleLeaseKeptFreshForATTL(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	kc := &keepAliveCounter{Client: c}
+	l := newLocker(t, kc, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	const ttl = 3 * time.Second
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil { // fresh: pooled as it is
+		t.Fatal(err)
+	}
+	// Idle past two thirds left, and before the second background refresh
+	// (every quarter of a TTL).
+	time.Sleep(ttl/3 + 100*time.Millisecond)
+	n := kc.n.Load()
+	if n != 1 {
+		t.Fatalf("%d keep-alives while idle, want 1", n)
+	}
+	second, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.(*etcdlock.Lease).LeaseID() != first.(*etcdlock.Lease).LeaseID() {
+		t.Fatal("the second grant did not reuse the idle lease")
+	}
+	if m := kc.n.Load(); m != n {
+		t.Fatalf("%d keep-alives, want %d: the acquire sent one of its own", m, n)
+	}
+	if left := time.Until(second.Deadline()); left < 2*ttl/3 {
+		t.Fatalf("deadline %v away, want at least %v", left, 2*ttl/3)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Idle from here: refreshed for about a TTL (every quarter of one),
+	// then no more.
+	n0 := kc.n.Load()
+	time.Sleep(3 * ttl)
+	n1 := kc.n.Load()
+	time.Sleep(ttl)
+	if n2 := kc.n.Load(); n1-n0 > 5 || n2 != n1 {
+		t.Fatalf("keep-alives while idle: %d in the first 3 TTLs, %d in the next, want at most 5 and then none", n1-n0, n2-n1)
+	}
+}
