@@ -394,7 +394,14 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	deadline, kerr := refresh()
 	if err != nil {
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			l.putBack(id, ttl, deadline)
+			// The transaction may have been applied though its reply was
+			// lost (ctx ended in flight, a connection cut): our key may be
+			// queueing. The lease is not reused — reused, it would be kept
+			// alive, and the key with it, blocking the lock for as long as
+			// the locker used the lease — so any such key goes at the
+			// lease's TTL at the latest; deleting it by its name (ours
+			// alone) frees the lock sooner.
+			l.cleanup.Run(ctx, func(ctx context.Context) { _, _ = l.c.Delete(ctx, s.myKey) })
 		}
 		return nil, err
 	}

@@ -527,3 +527,63 @@ func TestIdleLeaseKeptFreshForATTL(t *testing.T) {
 		t.Fatalf("keep-alives while idle: %d in the first 3 TTLs, %d in the next, want at most 5 and then none", n1-n0, n2-n1)
 	}
 }
+
+// lostReply applies the first transaction that writes a lock key and then
+// reports it failed, as when the caller's context ends while the reply is
+// on its way.
+type lostReply struct {
+	*clientv3.Client
+	once sync.Once
+}
+
+func (c *lostReply) Txn(ctx context.Context) clientv3.Txn {
+	return &lostReplyTxn{Txn: c.Client.Txn(ctx), c: c}
+}
+
+type lostReplyTxn struct {
+	clientv3.Txn
+	c *lostReply
+}
+
+func (t *lostReplyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *lostReplyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lostReplyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	lost := false
+	if err == nil {
+		t.c.once.Do(func() { lost = true })
+	}
+	if lost {
+		return nil, context.DeadlineExceeded
+	}
+	return resp, err
+}
+
+// An acquire whose joining transaction was applied but whose reply was lost
+// must not leave its key queueing behind a lease the locker goes on using:
+// the next acquire of the key, on the same locker, gets the lock at once.
+func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	l := newLocker(t, &lostReply{Client: c}, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	if _, err := l.Acquire(ctx, "warm", 10*time.Second); err == nil { // the lost reply
+		t.Fatal("the first acquire succeeded: the fault did not bite")
+	}
+	lease, err := l.Acquire(ctx, "other", 10*time.Second) // a lease for the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	got, err := l.Acquire(actx, "warm", 10*time.Second)
+	if err != nil {
+		t.Fatalf("the key of the failed acquire still blocks the lock: %v", err)
+	}
+	_ = got.Release(ctx)
+}
