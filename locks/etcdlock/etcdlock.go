@@ -280,7 +280,10 @@ func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseI
 		case i < 0:
 			// taken meanwhile, with its earlier deadline
 		case err == nil:
-			ls[i].deadline = sent.Add(ttl)
+			// It may have been taken and put back meanwhile, with a timer
+			// and a deadline of its own.
+			ls[i].stop()
+			ls[i].deadline = later(ls[i].deadline, sent.Add(ttl))
 			ls[i] = l.scheduleRefresh(secs, ttl, ls[i])
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			l.idle[secs] = slices.Delete(ls, i, i+1)
@@ -803,4 +806,11 @@ func (s *Lease) Release(ctx context.Context) error {
 	s.released = true
 	s.l.putBack(s.id, s.ttl, s.deadline)
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
