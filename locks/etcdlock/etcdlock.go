@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,15 +57,19 @@ type Locker struct {
 	c Client
 	o Options
 
-	mu      sync.Mutex
-	idle    map[int64][]idleLease // guarded by mu; by TTL in seconds
-	closed  bool                  // guarded by mu
-	cleanup cleanup.Group         // background clean-ups (Lease.abandon)
+	mu         sync.Mutex
+	idle       map[int64][]idleLease // guarded by mu; by TTL in seconds
+	refreshing map[int64]int         // guarded by mu; idle leases being refreshed, by TTL
+	closed     bool                  // guarded by mu
+	refreshes  sync.WaitGroup        // refreshIdle; Go only under mu while !closed
+	cleanup    cleanup.Group         // background clean-ups (Lease.abandon)
 }
 
 type idleLease struct {
 	id       clientv3.LeaseID
-	deadline time.Time // conservative local expiry
+	deadline time.Time   // conservative local expiry
+	since    time.Time   // idle since: its last grant's release
+	timer    *time.Timer // nil, or refreshes it while idle (keepIdle)
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -88,10 +93,11 @@ func New(c Client, o Options) (*Locker, error) {
 	if o.IdleLeases == 0 {
 		o.IdleLeases = 16
 	}
-	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}}, nil
+	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}, refreshing: map[int64]int{}}, nil
 }
 
-// Close revokes the idle leases the locker keeps, waits for the clean-ups
+// Close revokes the idle leases the locker keeps (those being refreshed
+// in the background once their keep-alive returns), waits for the clean-ups
 // of failed acquires still running in the background, and fails later
 // acquires with [ErrClosed]. Granted leases stay usable. It takes at most
 // about a second when etcd does not answer (the idle leases then lapse at
@@ -105,6 +111,11 @@ func (l *Locker) Close() error {
 	l.closed = true
 	idle := l.idle
 	l.idle = nil
+	for _, ls := range idle {
+		for _, il := range ls {
+			il.stop()
+		}
+	}
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 	defer cancel()
@@ -125,6 +136,7 @@ func (l *Locker) Close() error {
 		}
 	}
 	wg.Wait()
+	l.refreshes.Wait() // each revokes its lease itself, bounded like the revokes above
 	l.cleanup.Close()
 	return errors.Join(errs...)
 }
@@ -151,6 +163,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	for ls := l.idle[secs]; len(ls) > 0; ls = l.idle[secs] {
 		il := ls[len(ls)-1]
 		l.idle[secs] = ls[:len(ls)-1]
+		il.stop()
 		left := time.Until(il.deadline)
 		if left < ttl/4 {
 			continue // too close to expiry to trust; let it lapse
@@ -186,15 +199,119 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	return resp.ID, func() (time.Time, error) { return sent.Add(ttl), nil }, nil
 }
 
-// putBack keeps a lease that holds no key for reuse.
+// putBack keeps a lease that holds no key for reuse. One that a later
+// acquire would have to refresh first (less than two thirds of its TTL
+// left) is refreshed now, in the background, and joins the idle leases
+// when its keep-alive returns: the acquire that reuses it then sends
+// nothing but its transaction, instead of waiting for a keep-alive on a
+// stream of its own (the tail of the acquire's latency, once every third
+// of a TTL for every lease in use).
 func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	secs := seconds(ttl)
-	if l.closed || len(l.idle[secs]) >= l.o.IdleLeases {
+	if l.closed || len(l.idle[secs])+l.refreshing[secs] >= l.o.IdleLeases {
 		return // it lapses on its own at its TTL
 	}
-	l.idle[secs] = append(l.idle[secs], idleLease{id, deadline})
+	switch left := time.Until(deadline); {
+	case left >= 2*ttl/3:
+		l.keepIdle(secs, ttl, idleLease{id: id, deadline: deadline, since: time.Now()})
+	case left >= ttl/4:
+		l.refreshing[secs]++
+		since := time.Now()
+		l.refreshes.Go(func() { l.refreshIdle(id, ttl, since) })
+	default:
+		// too close to expiry to trust; let it lapse
+	}
+}
+
+// keepIdle adds il to the idle leases (l.mu held, l not closed). While it
+// has been idle for less than a TTL, it is refreshed in the background
+// before it would need a keep-alive at its reuse — at three quarters of its
+// TTL left, staying in the pool meanwhile, still fresh enough to reuse
+// as it is — so that a burst of acquires after a pause shorter than a TTL
+// finds fresh leases, as a concurrency.Session's lease is kept alive while
+// no lock uses it; but only for a TTL: then it lapses, and an idle locker
+// costs etcd nothing.
+func (l *Locker) keepIdle(secs int64, ttl time.Duration, il idleLease) {
+	l.idle[secs] = append(l.idle[secs], l.scheduleRefresh(secs, ttl, il))
+}
+
+// scheduleRefresh returns il with the timer of its next background
+// refresh, if it has one (see keepIdle).
+func (l *Locker) scheduleRefresh(secs int64, ttl time.Duration, il idleLease) idleLease {
+	il.timer = nil
+	if time.Since(il.since) < ttl {
+		id := il.id
+		il.timer = time.AfterFunc(time.Until(il.deadline)-3*ttl/4, func() { l.refreshIfIdle(secs, ttl, id) })
+	}
+	return il
+}
+
+func (il idleLease) stop() {
+	if il.timer != nil {
+		il.timer.Stop()
+	}
+}
+
+// refreshIfIdle refreshes the idle lease id where it is, in the pool,
+// unless an acquire took it meanwhile or the locker closed. An acquire that
+// takes it while the keep-alive is on its way reuses it with its earlier
+// deadline, still at least two thirds of a TTL away.
+func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || !slices.ContainsFunc(l.idle[secs], func(il idleLease) bool { return il.id == id }) {
+		return
+	}
+	l.refreshes.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
+		defer cancel()
+		sent := time.Now()
+		_, err := l.c.KeepAliveOnce(ctx, id)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.closed {
+			return // Close revokes it
+		}
+		ls := l.idle[secs]
+		i := slices.IndexFunc(ls, func(il idleLease) bool { return il.id == id })
+		switch {
+		case i < 0:
+			// taken meanwhile, with its earlier deadline
+		case err == nil:
+			// It may have been taken and put back meanwhile, with a timer
+			// and a deadline of its own.
+			ls[i].stop()
+			ls[i].deadline = later(ls[i].deadline, sent.Add(ttl))
+			ls[i] = l.scheduleRefresh(secs, ttl, ls[i])
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			l.idle[secs] = slices.Delete(ls, i, i+1)
+		default:
+			// left as it is, to lapse: a later acquire refreshes it or
+			// drops it
+		}
+	})
+}
+
+// refreshIdle sends a keep-alive of an idle lease and keeps the lease for
+// reuse if it lives, or revokes it if the locker closed meanwhile.
+func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration, since time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
+	defer cancel()
+	secs := seconds(ttl)
+	sent := time.Now()
+	_, err := l.c.KeepAliveOnce(ctx, id)
+	l.mu.Lock()
+	l.refreshing[secs]--
+	closed := l.closed
+	if err == nil && !closed {
+		l.keepIdle(secs, ttl, idleLease{id: id, deadline: sent.Add(ttl), since: since})
+	}
+	l.mu.Unlock()
+	if err == nil && closed {
+		_, _ = l.c.Revoke(ctx, id) // else it lapses at its TTL
+	}
 }
 
 // Issued returns an upper bound of every token granted so far, for any key:
@@ -280,7 +397,14 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	deadline, kerr := refresh()
 	if err != nil {
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			l.putBack(id, ttl, deadline)
+			// The transaction may have been applied though its reply was
+			// lost (ctx ended in flight, a connection cut): our key may be
+			// queueing. The lease is not reused — reused, it would be kept
+			// alive, and the key with it, blocking the lock for as long as
+			// the locker used the lease — so any such key goes at the
+			// lease's TTL at the latest; deleting it by its name (ours
+			// alone) frees the lock sooner.
+			l.cleanup.Run(ctx, func(ctx context.Context) { _, _ = l.c.Delete(ctx, s.myKey) })
 		}
 		return nil, err
 	}
@@ -658,25 +782,35 @@ func (s *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// Release implements [locks.Lease]: deletes the grant's key only while it
-// has this grant's create revision, so a late or retried release never
-// removes a newer grant — not even one made with the same lease (each grant
-// has a name of its own as well). The lease is kept for reuse.
+// Release implements [locks.Lease]: deletes the grant's key. The key's
+// name is this grant's alone — made of the lease ID and 64 random bits,
+// and written only where no key of that name existed — so a late or
+// retried release never removes a newer grant, not even one made with the
+// same lease; a plain delete is then as safe as one guarded by the create
+// revision, and cheaper (see "Leases" in the package doc). The lease is
+// kept for reuse.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
 		return nil
 	}
-	resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
+	resp, err := s.c.Delete(ctx, s.myKey)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
 	}
 	s.stopWatching(ctx)
-	if !resp.Succeeded {
+	if resp.Deleted == 0 {
 		return locks.NotHeldError("release", s.key, s.Token())
 	}
 	s.released = true
 	s.l.putBack(s.id, s.ttl, s.deadline)
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

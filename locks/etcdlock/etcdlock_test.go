@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,9 +80,9 @@ func TestConformanceEtcd34(t *testing.T) { conformance(t, servers.Etcd) }
 // A late or retried release of an old grant must not delete a newer grant
 // made with the same lease. (etcd's own Mutex names its key after the lease,
 // so a new grant on the same lease reuses the name, and deletes by name.)
-// Here every grant gets a fresh name, and a release is guarded by the
+// Here every grant gets a fresh name, which its release deletes, and the
 // grant's ownership test — its key still there with its create revision —
-// which must fail for the old grant even though its lease lives on.
+// must fail for the old grant even though its lease lives on.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	d := servers.Etcd(t)
 	c := newClient(t, d.Endpoints)
@@ -108,6 +109,14 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete(d.Prefix, clientv3.WithPrefix())).Commit()
 	if err != nil || resp.Succeeded {
 		t.Fatalf("the first grant's ownership test still holds: %v %v", resp, err)
+	}
+	// Release deletes the grant's key by name: the first grant's name is
+	// not the second's, so a late release of the first deletes nothing.
+	if dr, err := c.Delete(ctx, first.(*etcdlock.Lease).OwnKey()); err != nil || dr.Deleted != 0 {
+		t.Fatalf("a late release of the first grant deleted %v keys (%v)", dr, err)
+	}
+	if second.(*etcdlock.Lease).OwnKey() == first.(*etcdlock.Lease).OwnKey() {
+		t.Fatal("two grants on one lease share a key name")
 	}
 	if second.Token() <= first.Token() {
 		t.Fatalf("token %d after %d", second.Token(), first.Token())
@@ -402,3 +411,179 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// keepAliveCounter counts the one-shot keep-alives the locker sends.
+type keepAliveCounter struct {
+	*clientv3.Client
+	n atomic.Int64
+}
+
+func (k *keepAliveCounter) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	k.n.Add(1)
+	return k.Client.KeepAliveOnce(ctx, id)
+}
+
+// A lease released with less than two thirds of its TTL left is refreshed
+// in the background, so the acquire that reuses it sends no keep-alive of
+// its own and still gets a deadline a whole TTL away; Close revokes it.
+func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	kc := &keepAliveCounter{Client: c}
+	l := newLocker(t, kc, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	const ttl = 3 * time.Second
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl/3 + 200*time.Millisecond) // under two thirds left
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); kc.n.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("the released lease was not refreshed")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the refresh put it back
+	second, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := second.(*etcdlock.Lease).LeaseID()
+	if id != first.(*etcdlock.Lease).LeaseID() {
+		t.Fatal("the second grant did not reuse the refreshed lease")
+	}
+	if n := kc.n.Load(); n != 1 {
+		t.Fatalf("%d keep-alives, want 1 (the background refresh alone)", n)
+	}
+	if left := time.Until(second.Deadline()); left < 2*ttl/3 {
+		t.Fatalf("deadline %v away, want at least %v", left, 2*ttl/3)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ttlResp, err := c.TimeToLive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttlResp.TTL != -1 {
+		t.Fatalf("lease still alive after Close (TTL %d)", ttlResp.TTL)
+	}
+}
+
+// An idle lease is refreshed in the background, where it is in the pool,
+// while it has been idle for less than a TTL, so an acquire after a short
+// pause finds it fresh and sends no keep-alive; after that it is left to
+// lapse.
+func TestIdleLeaseKeptFreshForATTL(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	kc := &keepAliveCounter{Client: c}
+	l := newLocker(t, kc, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	const ttl = 3 * time.Second
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil { // fresh: pooled as it is
+		t.Fatal(err)
+	}
+	// Idle past two thirds left, and before the second background refresh
+	// (every quarter of a TTL).
+	time.Sleep(ttl/3 + 100*time.Millisecond)
+	n := kc.n.Load()
+	if n != 1 {
+		t.Fatalf("%d keep-alives while idle, want 1", n)
+	}
+	second, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.(*etcdlock.Lease).LeaseID() != first.(*etcdlock.Lease).LeaseID() {
+		t.Fatal("the second grant did not reuse the idle lease")
+	}
+	if m := kc.n.Load(); m != n {
+		t.Fatalf("%d keep-alives, want %d: the acquire sent one of its own", m, n)
+	}
+	if left := time.Until(second.Deadline()); left < 2*ttl/3 {
+		t.Fatalf("deadline %v away, want at least %v", left, 2*ttl/3)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Idle from here: refreshed for about a TTL (every quarter of one),
+	// then no more.
+	n0 := kc.n.Load()
+	time.Sleep(3 * ttl)
+	n1 := kc.n.Load()
+	time.Sleep(ttl)
+	if n2 := kc.n.Load(); n1-n0 > 5 || n2 != n1 {
+		t.Fatalf("keep-alives while idle: %d in the first 3 TTLs, %d in the next, want at most 5 and then none", n1-n0, n2-n1)
+	}
+}
+
+// lostReply applies the first transaction that writes a lock key and then
+// reports it failed, as when the caller's context ends while the reply is
+// on its way.
+type lostReply struct {
+	*clientv3.Client
+	once sync.Once
+}
+
+func (c *lostReply) Txn(ctx context.Context) clientv3.Txn {
+	return &lostReplyTxn{Txn: c.Client.Txn(ctx), c: c}
+}
+
+type lostReplyTxn struct {
+	clientv3.Txn
+	c *lostReply
+}
+
+func (t *lostReplyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *lostReplyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lostReplyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	lost := false
+	if err == nil {
+		t.c.once.Do(func() { lost = true })
+	}
+	if lost {
+		return nil, context.DeadlineExceeded
+	}
+	return resp, err
+}
+
+// An acquire whose joining transaction was applied but whose reply was lost
+// must not leave its key queueing behind a lease the locker goes on using:
+// the next acquire of the key, on the same locker, gets the lock at once.
+func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
+	d := servers.Etcd(t)
+	c := newClient(t, d.Endpoints)
+	l := newLocker(t, &lostReply{Client: c}, d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	if _, err := l.Acquire(ctx, "warm", 10*time.Second); err == nil { // the lost reply
+		t.Fatal("the first acquire succeeded: the fault did not bite")
+	}
+	lease, err := l.Acquire(ctx, "other", 10*time.Second) // a lease for the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	got, err := l.Acquire(actx, "warm", 10*time.Second)
+	if err != nil {
+		t.Fatalf("the key of the failed acquire still blocks the lock: %v", err)
+	}
+	_ = got.Release(ctx)
+}
