@@ -126,13 +126,13 @@ func (l *Locker) Close() error {
 }
 
 type lockKeys struct {
-	all     []string // lock, counter, queue, deadlines, offset
+	all     []string // lock, counter, offset, queue, deadlines
 	channel string
 }
 
 // bound returns the keys of the scripts that read the counter and its
-// offset: lock, counter, offset.
-func (k lockKeys) bound() []string { return []string{k.all[0], k.all[1], k.all[4]} }
+// offset, and of an acquire that does not queue: lock, counter, offset.
+func (k lockKeys) bound() []string { return k.all[:3] }
 
 // DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
 // prefix is empty.
@@ -141,7 +141,7 @@ const DefaultPrefix = "fenceguard:lock:"
 func keysFor(prefix, key string) lockKeys {
 	base := prefix + "{" + key + "}"
 	return lockKeys{
-		all:     []string{base, base + ":tok", base + ":q", base + ":qd", base + ":tokd"},
+		all:     []string{base, base + ":tok", base + ":tokd", base + ":q", base + ":qd"},
 		channel: base + ":wake",
 	}
 }
@@ -180,11 +180,11 @@ func rangeErr() error {
 
 // attempt runs the acquire script once.
 func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, error) {
-	q := "0"
+	q, keys := "0", k.bound()
 	if enqueue {
-		q = "1"
+		q, keys = "1", k.all
 	}
-	res, err := acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
+	res, err := acquireScript.Run(ctx, l.client, keys, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
 	if err != nil {
 		return outcome{}, err
 	}
