@@ -154,3 +154,26 @@ func TestAcquireFastPathEdges(t *testing.T) {
 		}
 	}
 }
+
+// The six names of a lock come from one string; each is what it says.
+func TestKeysFor(t *testing.T) {
+	for _, tc := range [][2]string{{"p:", "k"}, {"", ""}, {"fenceguard:lock:", "a}b{c"}, {"x", "ünï"}} {
+		k := keysFor(tc[0], tc[1])
+		base := tc[0] + "{" + tc[1] + "}"
+		want := []string{base, base + ":tok", base + ":tokd", base + ":q", base + ":qd"}
+		if len(k.all) != len(want) {
+			t.Fatalf("keysFor(%q, %q) = %q", tc[0], tc[1], k.all)
+		}
+		for i := range want {
+			if k.all[i] != want[i] {
+				t.Errorf("keysFor(%q, %q)[%d] = %q, want %q", tc[0], tc[1], i, k.all[i], want[i])
+			}
+		}
+		if k.channel != base+":wake" {
+			t.Errorf("keysFor(%q, %q).channel = %q", tc[0], tc[1], k.channel)
+		}
+		if b := k.bound(); len(b) != 3 || b[2] != base+":tokd" {
+			t.Errorf("bound = %q", b)
+		}
+	}
+}

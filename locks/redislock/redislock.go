@@ -81,6 +81,10 @@ type Locker struct {
 	o      Options
 	notify *rnotify.Notifier
 
+	// The scripts' arguments that never change, boxed once: the counter's
+	// idle time and WaiterTTL in ms.
+	idleArg, waiterArg any
+
 	cleanup cleanup.Group // background clean-ups
 }
 
@@ -113,7 +117,7 @@ func New(client Client, o Options) (*Locker, error) {
 	if _, ok := client.(stateReloader); ok {
 		client = reloadingClient{client}
 	}
-	return &Locker{client: client, o: o, notify: notifier(client)}, nil
+	return &Locker{client: client, o: o, notify: notifier(client), idleArg: ms(o.CounterIdle), waiterArg: ms(o.WaiterTTL)}, nil
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
@@ -139,10 +143,14 @@ func (k lockKeys) bound() []string { return k.all[:3] }
 const DefaultPrefix = "fenceguard:lock:"
 
 func keysFor(prefix, key string) lockKeys {
-	base := prefix + "{" + key + "}"
+	// One allocation for the six names: base:tok and base are prefixes of
+	// base:tokd, base:q of base:qd.
+	b := len(prefix) + len(key) + 2
+	s := prefix + "{" + key + "}:tokd" + prefix + "{" + key + "}:qd" + prefix + "{" + key + "}:wake"
+	tokd, qd := s[:b+5], s[b+5:2*b+8]
 	return lockKeys{
-		all:     []string{base, base + ":tok", base + ":tokd", base + ":q", base + ":qd"},
-		channel: base + ":wake",
+		all:     []string{tokd[:b], tokd[:b+4], tokd, qd[:b+2], qd},
+		channel: s[2*b+8:],
 	}
 }
 
@@ -180,11 +188,13 @@ func rangeErr() error {
 
 // attempt runs the acquire script once.
 func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, error) {
-	q, keys := "0", k.bound()
+	var res []any
+	var err error
 	if enqueue {
-		q, keys = "1", k.all
+		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
+	} else { // no queue: three keys, three arguments
+		res, err = acquireScript.Run(ctx, l.client, k.bound(), id, ms(ttl), l.idleArg).Slice()
 	}
-	res, err := acquireScript.Run(ctx, l.client, keys, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
 	if err != nil {
 		return outcome{}, err
 	}
@@ -222,7 +232,7 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
 	l.cleanup.Run(ctx, func(ctx context.Context) {
-		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
+		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, l.idleArg, member).Err()
 	})
 }
 
@@ -521,7 +531,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if s.released {
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, ms(s.l.o.CounterIdle)).Int()
+	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
 		return fmt.Errorf("redislock: release %q: %w", s.key, err)
 	}

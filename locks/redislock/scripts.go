@@ -309,7 +309,8 @@ end
 // in the queue.
 //
 // KEYS: lock, counter, offset, and with enqueue "1" queue, deadlines.
-// ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0").
+// ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0";
+// without the last two, "0").
 // Returns {1, token} when granted now; {2, token} when a release handed
 // the lock over earlier; {0, ms until worth retrying, joined} when not
 // granted, joined 1 if the waiter was not in the queue and joined it now;
