@@ -26,7 +26,10 @@ import "github.com/redis/go-redis/v9"
 // Numbers in Lua are doubles, exact only below 2^53. Tokens therefore never
 // become Lua numbers: they are canonical decimal strings (no sign, no
 // leading zero), compared by length and then digit by digit, and the
-// counter is incremented as a string. Stored values are validated before
+// counter is incremented as a string. (One exception, for speed: the
+// acquire compares a counter with the clock as numbers when both are
+// validated, of one length and below 9·10^15 < 2^53, where doubles are
+// exact; the token stays a string. See acquireScript.) Stored values are validated before
 // use; a counter that holds anything else fails the script. The ceiling is
 // MaxToken (2^63−1): nothing mints above it. Lua numbers are used only for
 // what is not a token: the clock in ms (PX, deadlines), the clock in µs as
