@@ -253,10 +253,9 @@
 // Failover and resharding. A Locker's scripts follow MOVED and ASK the
 // way go-redis does (ClusterOptions.MaxRedirects, 3 by default). While a
 // lock's slot migrates, Redis serves a script only where all of its keys
-// are (else TRYAGAIN), and the lock's scripts name up to five keys — the
-// lock, which exists only while held, its counter and offset, and the
-// queue and its deadlines, which exist only while someone waits: with
-// nobody queued, an acquire or release of a lock in a migrating slot is refused
+// are (else TRYAGAIN), and the lock's scripts name five keys, of which the
+// queue and its deadlines exist only while someone waits: with nobody
+// queued, an acquire or release of a lock in a migrating slot is refused
 // for as long as the migration lasts, far longer than go-redis's few
 // retries. Redis refuses before it runs the script, so the Locker (Acquire,
 // TryAcquire, Release, Heal, Issued, Current, the clean-up of a failed

@@ -82,7 +82,7 @@ func TestAcquireFastPathEdges(t *testing.T) {
 			c.Set(ctx, k.all[2], tc.offset, time.Minute)
 		}
 		before := now()
-		res, err := acquireScript.Run(ctx, c, k.bound(), "id", 10_000, 90_000, 3000, "0").Slice()
+		res, err := acquireScript.Run(ctx, c, k.all, "id", 10_000, 90_000).Slice()
 		after := now()
 		counter := c.Get(ctx, k.all[1]).Val()
 		offset := c.Get(ctx, k.all[2]).Val()

@@ -135,7 +135,7 @@ type lockKeys struct {
 }
 
 // bound returns the keys of the scripts that read the counter and its
-// offset, and of an acquire that does not queue: lock, counter, offset.
+// offset: lock, counter, offset.
 func (k lockKeys) bound() []string { return k.all[:3] }
 
 // DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
@@ -192,8 +192,11 @@ func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Du
 	var err error
 	if enqueue {
 		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
-	} else { // no queue: three keys, three arguments
-		res, err = acquireScript.Run(ctx, l.client, k.bound(), id, ms(ttl), l.idleArg).Slice()
+	} else {
+		// All five keys, though the script touches only three: in a
+		// Cluster slot that migrates, a TryAcquire of a held lock then waits
+		// for the move like every other call (see clusterRun).
+		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
 	}
 	if err != nil {
 		return outcome{}, err

@@ -12,7 +12,7 @@ import "github.com/redis/go-redis/v9"
 //	<prefix>{<key>}:qd     waiters' liveness deadlines (zset, score: server ms)
 //
 // (in this order, KEYS[1..5], in every script that names them: the
-// scripts that need no queue name only the first three)
+// scripts that read only the counter name the first three)
 //
 // and the channel <prefix>{<key>}:wake, on which a release publishes
 // "<id>|<token>" of the waiter it handed the lock to.
@@ -311,7 +311,7 @@ end
 // gets the token the lock holds; otherwise it joins or refreshes its place
 // in the queue.
 //
-// KEYS: lock, counter, offset, and with enqueue "1" queue, deadlines.
+// KEYS: lock, counter, offset, queue, deadlines.
 // ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0";
 // without the last two, "0").
 // Returns {1, token} when granted now; {2, token} when a release handed
