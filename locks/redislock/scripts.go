@@ -27,9 +27,9 @@ import "github.com/redis/go-redis/v9"
 // become Lua numbers: they are canonical decimal strings (no sign, no
 // leading zero), compared by length and then digit by digit, and the
 // counter is incremented as a string. (One exception, for speed: the
-// acquire compares a counter with the clock as numbers when both are
-// validated, of one length and below 9·10^15 < 2^53, where doubles are
-// exact; the token stays a string. See acquireScript.) Stored values are validated before
+// acquire compares a validated counter with the clock as numbers when
+// both are below 9·10^15 < 2^53, where doubles are exact; the token stays
+// a string. See acquireScript.) Stored values are validated before
 // use; a counter that holds anything else fails the script. The ceiling is
 // MaxToken (2^63−1): nothing mints above it. Lua numbers are used only for
 // what is not a token: the clock in ms (PX, deadlines), the clock in µs as
@@ -300,12 +300,13 @@ end
 // with enqueue "1", an offset, a counter not plainly below the clock —
 // goes on to the general path, mint's, from where the fast path stopped.
 //
-// "Plainly below": the counter is a canonical decimal of the clock's
-// length, at most 16 digits starting with 1–8, as is the clock (until the
-// year 2255): both are below 9·10^15 < 2^53, so tonumber holds them
-// exactly and < on the two numbers is exact. The token itself stays the
-// clock's decimal string; a counter of any other form is compared digit by
-// digit (lt).
+// "Plainly below": the counter is a canonical decimal and, as numbers,
+// below the clock, which is below 9·10^15 (until the year 2255). That
+// compare is exact: 9·10^15 < 2^53, so tonumber holds the clock exactly;
+// rounding is monotone and 9·10^15 a double, so a counter that converts
+// below the clock is below 9·10^15 too, and held exactly. The token itself
+// stays the clock's decimal string; anything else is decided by mint's
+// digit-wise compare (lt).
 //
 // A waiter (enqueue "1") that finds the lock granted to it by a release
 // gets the token the lock holds; otherwise it joins or refreshes its place
@@ -332,8 +333,8 @@ if not v then
   if not raw or raw == '0' then
     c = redis.call('SET', KEYS[2], nowstr, 'PX', ARGV[3], 'GET')
     swapped = true
-    if not c or (#c == #nowstr and #c <= 16 and string.byte(c, 1) < 57 and string.byte(nowstr, 1) < 57
-        and string.find(c, '^[1-9]%d*$') and tonumber(c) < tonumber(nowstr)) then
+    local nowus = c and tonumber(nowstr)
+    if not c or (nowus < 9e15 and string.find(c, '^[1-9]%d*$') and tonumber(c) < nowus) then
       if not raw then redis.call('SET', KEYS[3], '0', 'PX', ARGV[3]) end
       redis.call('SET', KEYS[1], ARGV[1] .. '|' .. nowstr, 'PX', ARGV[2])
       if ARGV[5] == '1' then
