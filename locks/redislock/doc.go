@@ -127,8 +127,8 @@
 // token into one. Tokens are canonical decimal strings throughout —
 // compared by length, then digit by digit (the acquire's common case, a
 // validated counter and the clock both below 9·10^15, compares the two as
-// numbers, which doubles hold exactly there),
-// incremented as strings, and validated when read back (a counter that holds anything else fails the
+// numbers, which doubles hold exactly there), incremented as strings, and
+// validated when read back (a counter that holds anything else fails the
 // script; nothing is granted) — so every token is exact up to the ceiling,
 // [MaxToken] = 2^63−1, which every token fits into a signed 64-bit column.
 //
