@@ -125,7 +125,9 @@
 //
 // Lua numbers are doubles, exact only below 2^53; the scripts never turn a
 // token into one. Tokens are canonical decimal strings throughout —
-// compared by length, then digit by digit, incremented as strings, and
+// compared by length, then digit by digit (the acquire's common case, a
+// validated counter and the clock both below 9·10^15, compares the two as
+// numbers, which doubles hold exactly there), incremented as strings, and
 // validated when read back (a counter that holds anything else fails the
 // script; nothing is granted) — so every token is exact up to the ceiling,
 // [MaxToken] = 2^63−1, which every token fits into a signed 64-bit column.
@@ -251,7 +253,7 @@
 // Failover and resharding. A Locker's scripts follow MOVED and ASK the
 // way go-redis does (ClusterOptions.MaxRedirects, 3 by default). While a
 // lock's slot migrates, Redis serves a script only where all of its keys
-// are (else TRYAGAIN), and the lock's scripts name four keys, of which the
+// are (else TRYAGAIN), and the lock's scripts name five keys, of which the
 // queue and its deadlines exist only while someone waits: with nobody
 // queued, an acquire or release of a lock in a migrating slot is refused
 // for as long as the migration lasts, far longer than go-redis's few

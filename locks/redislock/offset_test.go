@@ -79,7 +79,7 @@ func TestDecimalAddSubExact(t *testing.T) {
 // mintAtScript runs mint with the clock given: ARGV now (decimal µs),
 // idle ms. Returns {token or "", why or "", value or ""}.
 var mintAtScript = redis.NewScript(decimal + mint + `
-local tok, why, v = mint(ARGV[1], ARGV[2], KEYS[5])
+local tok, why, v = mint(ARGV[1], ARGV[2], KEYS[3], redis.call('GETEX', KEYS[3], 'PX', ARGV[2]))
 return {tok or '', why or '', v or ''}
 `)
 
@@ -138,7 +138,7 @@ func TestMintOffsetEdges(t *testing.T) {
 			c.Set(ctx, k.all[1], tc.counter, time.Minute)
 		}
 		if tc.offset != "" {
-			c.Set(ctx, k.all[4], tc.offset, time.Minute)
+			c.Set(ctx, k.all[2], tc.offset, time.Minute)
 		}
 		res, err := mintAtScript.Run(ctx, c, k.all, u(tc.now), 90_000).StringSlice()
 		if err != nil {
@@ -150,12 +150,12 @@ func TestMintOffsetEdges(t *testing.T) {
 		if got := c.Get(ctx, k.all[1]).Val(); got != tc.counterAfter {
 			t.Errorf("%s: counter %q after, want %q", tc.name, got, tc.counterAfter)
 		}
-		if got := c.Get(ctx, k.all[4]).Val(); got != tc.offsetAfter {
+		if got := c.Get(ctx, k.all[2]).Val(); got != tc.offsetAfter {
 			t.Errorf("%s: offset %q after, want %q", tc.name, got, tc.offsetAfter)
 		}
 		// The offset lives with the counter: the mint restarted both expiries.
 		if tc.offsetAfter != "" && tc.why != "badoff" {
-			if ttl := c.PTTL(ctx, k.all[4]).Val(); ttl < 60*time.Second {
+			if ttl := c.PTTL(ctx, k.all[2]).Val(); ttl < 60*time.Second {
 				t.Errorf("%s: offset PTTL %v after the mint, want the counter's idle time (90s)", tc.name, ttl)
 			}
 		}

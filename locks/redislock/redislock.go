@@ -81,6 +81,10 @@ type Locker struct {
 	o      Options
 	notify *rnotify.Notifier
 
+	// The scripts' arguments that never change, boxed once: the counter's
+	// idle time and WaiterTTL in ms.
+	idleArg, waiterArg any
+
 	cleanup cleanup.Group // background clean-ups
 }
 
@@ -113,7 +117,7 @@ func New(client Client, o Options) (*Locker, error) {
 	if _, ok := client.(stateReloader); ok {
 		client = reloadingClient{client}
 	}
-	return &Locker{client: client, o: o, notify: notifier(client)}, nil
+	return &Locker{client: client, o: o, notify: notifier(client), idleArg: ms(o.CounterIdle), waiterArg: ms(o.WaiterTTL)}, nil
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
@@ -126,23 +130,27 @@ func (l *Locker) Close() error {
 }
 
 type lockKeys struct {
-	all     []string // lock, counter, queue, deadlines, offset
+	all     []string // lock, counter, offset, queue, deadlines
 	channel string
 }
 
 // bound returns the keys of the scripts that read the counter and its
 // offset: lock, counter, offset.
-func (k lockKeys) bound() []string { return []string{k.all[0], k.all[1], k.all[4]} }
+func (k lockKeys) bound() []string { return k.all[:3] }
 
 // DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
 // prefix is empty.
 const DefaultPrefix = "fenceguard:lock:"
 
 func keysFor(prefix, key string) lockKeys {
-	base := prefix + "{" + key + "}"
+	// One allocation for the six names: base:tok and base are prefixes of
+	// base:tokd, base:q of base:qd.
+	b := len(prefix) + len(key) + 2
+	s := prefix + "{" + key + "}:tokd" + prefix + "{" + key + "}:qd" + prefix + "{" + key + "}:wake"
+	tokd, qd := s[:b+5], s[b+5:2*b+8]
 	return lockKeys{
-		all:     []string{base, base + ":tok", base + ":q", base + ":qd", base + ":tokd"},
-		channel: base + ":wake",
+		all:     []string{tokd[:b], tokd[:b+4], tokd, qd[:b+2], qd},
+		channel: s[2*b+8:],
 	}
 }
 
@@ -180,11 +188,16 @@ func rangeErr() error {
 
 // attempt runs the acquire script once.
 func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, error) {
-	q := "0"
+	var res []any
+	var err error
 	if enqueue {
-		q = "1"
+		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
+	} else {
+		// All five keys, though the script touches only three: in a
+		// Cluster slot that migrates, a TryAcquire of a held lock then waits
+		// for the move like every other call (see clusterRun).
+		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
 	}
-	res, err := acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), ms(l.o.CounterIdle), ms(l.o.WaiterTTL), q).Slice()
 	if err != nil {
 		return outcome{}, err
 	}
@@ -222,7 +235,7 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
 	l.cleanup.Run(ctx, func(ctx context.Context) {
-		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, ms(l.o.CounterIdle), member).Err()
+		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, l.idleArg, member).Err()
 	})
 }
 
@@ -530,7 +543,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, ms(s.l.o.CounterIdle)).Int()
+	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
 		return fmt.Errorf("redislock: release %q: %w", s.key, err)
 	}

@@ -7,9 +7,12 @@ import "github.com/redis/go-redis/v9"
 //
 //	<prefix>{<key>}        the lock: "<grant id>|<token>", PX ttl
 //	<prefix>{<key>}:tok    the token counter, PX counter idle time
+//	<prefix>{<key>}:tokd   the heal offset d, PX counter idle time (see mint)
 //	<prefix>{<key>}:q      waiters in arrival order (zset, score: server µs)
 //	<prefix>{<key>}:qd     waiters' liveness deadlines (zset, score: server ms)
-//	<prefix>{<key>}:tokd   the heal offset d, PX counter idle time (see mint)
+//
+// (in this order, KEYS[1..5], in every script that names them: the
+// scripts that read only the counter name the first three)
 //
 // and the channel <prefix>{<key>}:wake, on which a release publishes
 // "<id>|<token>" of the waiter it handed the lock to.
@@ -23,7 +26,10 @@ import "github.com/redis/go-redis/v9"
 // Numbers in Lua are doubles, exact only below 2^53. Tokens therefore never
 // become Lua numbers: they are canonical decimal strings (no sign, no
 // leading zero), compared by length and then digit by digit, and the
-// counter is incremented as a string. Stored values are validated before
+// counter is incremented as a string. (One exception, for speed: the
+// acquire compares a validated counter with the clock as numbers when
+// both are below 9·10^15 < 2^53, where doubles are exact; the token stays
+// a string. See acquireScript.) Stored values are validated before
 // use; a counter that holds anything else fails the script. The ceiling is
 // MaxToken (2^63−1): nothing mints above it. Lua numbers are used only for
 // what is not a token: the clock in ms (PX, deadlines), the clock in µs as
@@ -124,26 +130,19 @@ local function badOffset(key, d)
     string.format('%q', string.sub(d, 1, 40)) .. ', not a number in 0..' .. MAX)
 end
 
--- offset reads the heal offset at offkey: '0' when there is none, nil when
--- it holds something else than a canonical decimal in 0..MAX.
-local function offset(offkey)
-  local d = redis.call('GET', offkey)
-  if not d or d == '0' then return '0', d end
-  if not canon(d, MAX) then return nil, d end
-  return d, d
+-- offsetOf is the heal offset a read of its key returned (false: none):
+-- '0' when there is none, nil when it holds something else than a
+-- canonical decimal in 0..MAX.
+local function offsetOf(d)
+  if not d or d == '0' then return '0' end
+  if not canon(d, MAX) then return nil end
+  return d
 end
 
--- floor returns the clock floor of the next token, now + d, and d. Or nil
--- and why not: 'range' when now + d is past MAX (the sum third), 'badoff'
--- when the offset holds something else than a number in 0..MAX (the
--- value third).
-local function floor(nowstr, offkey)
-  local d, raw = offset(offkey)
-  if not d then return nil, 'badoff', raw end
-  if d == '0' then return nowstr, d end
-  local f = add(nowstr, d)
-  if lt(MAX, f) then return nil, 'range', f end
-  return f, d
+-- offset reads the heal offset at offkey (offsetOf), and the raw value.
+local function offset(offkey)
+  local d = redis.call('GET', offkey)
+  return offsetOf(d), d
 end
 
 -- bound returns max(counter, clock floor), at most MAX: at least every
@@ -167,8 +166,10 @@ end
 
 // mint sets the counter to the next token, max(counter + 1, now + d) —
 // now the server clock in µs, d the heal offset (0 when there is none) —
-// and returns it: usually a GET of the offset, one SET ... GET, as the
-// clock floor is ahead of the counter, and a SET of the offset.
+// and returns it: usually a GETEX of the offset (which restarts its idle
+// expiry: the offset is unchanged) and one SET ... GET, as the clock floor
+// is ahead of the counter. The acquire script does the same inline (see
+// acquireScript), and runs mint only off that path.
 //
 // Why the offset. Across a failover that loses the last grant, the clock
 // floor keeps the next token above the lost one: the new master's clock
@@ -188,19 +189,12 @@ end
 // script whose keys exist in part is refused with TRYAGAIN while its slot
 // migrates. KEYS[2] the counter, offkey the offset.
 const mint = `
--- mint returns the new token, or nil and why not: 'range' when the
--- counter is at the ceiling or the clock floor past it, 'bad' when the
--- counter holds something else than a token, 'badoff' when the offset
--- does (the value third); then the counter is put back as it was (its
--- idle expiry restarted) and nothing is minted.
-local function mint(nowstr, idle, offkey)
-  local f, d, fv = floor(nowstr, offkey)
-  if not f then
-    redis.call('PEXPIRE', KEYS[2], idle)
-    redis.call('PEXPIRE', offkey, idle)
-    return nil, d, fv
-  end
-  local c = redis.call('SET', KEYS[2], f, 'PX', idle, 'GET')
+-- settle finishes a mint once the counter has been set to the floor f
+-- (SET ... GET: c the counter before, false when there was none): when c
+-- is not below f, the token is c + 1 instead (and the counter set to it),
+-- raising d; the offset is written when it changed or did not exist (raw
+-- is what GETEX read, which restarted its idle expiry). Returns as mint.
+local function settle(nowstr, idle, offkey, f, d, raw, c)
   local tok, why = f, nil
   if c then
     if not canon(c, MAX) then
@@ -218,9 +212,32 @@ local function mint(nowstr, idle, offkey)
     end
     if tok ~= f then redis.call('SET', KEYS[2], tok or c, 'PX', idle) end
   end
-  redis.call('SET', offkey, d, 'PX', idle)
+  if d ~= raw then redis.call('SET', offkey, d, 'PX', idle) end
   if not tok then return nil, why, c end
   return tok
+end
+
+-- mint returns the new token, or nil and why not: 'range' when the
+-- counter is at the ceiling or the clock floor past it, 'bad' when the
+-- counter holds something else than a token, 'badoff' when the offset
+-- does (the value third); then the counter is put back as it was (its
+-- idle expiry restarted) and nothing is minted. raw is the offset as
+-- read by GETEX offkey PX idle (false: none), which restarted its expiry.
+local function mint(nowstr, idle, offkey, raw)
+  local d = offsetOf(raw)
+  if not d then
+    redis.call('PEXPIRE', KEYS[2], idle)
+    return nil, 'badoff', raw
+  end
+  local f = nowstr
+  if d ~= '0' then
+    f = add(nowstr, d)
+    if lt(MAX, f) then
+      redis.call('PEXPIRE', KEYS[2], idle)
+      return nil, 'range', f
+    end
+  end
+  return settle(nowstr, idle, offkey, f, d, raw, redis.call('SET', KEYS[2], f, 'PX', idle, 'GET'))
 end
 
 -- mintErr is the error reply of a mint that failed for a reason other
@@ -242,31 +259,31 @@ end
 const handOver = `
 local function handOver(channel, idle)
   local nowms, _, nowstr = clock()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', nowms, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nowms, 'LIMIT', 0, 100)
   if #dead > 0 then
-    redis.call('ZREM', KEYS[3], unpack(dead))
     redis.call('ZREM', KEYS[4], unpack(dead))
+    redis.call('ZREM', KEYS[5], unpack(dead))
   end
-  local nxt = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local nxt = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not nxt then
     redis.call('DEL', KEYS[1])
     return
   end
   local id, ttl = string.match(nxt, '^(.*)|(%d+)$')
   if not id then
-    redis.call('ZREM', KEYS[3], nxt)
     redis.call('ZREM', KEYS[4], nxt)
+    redis.call('ZREM', KEYS[5], nxt)
     redis.call('DEL', KEYS[1])
     return
   end
-  local tok = mint(nowstr, idle, KEYS[5])
+  local tok = mint(nowstr, idle, KEYS[3], redis.call('GETEX', KEYS[3], 'PX', idle))
   if not tok then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', channel, '*') -- rnotify.Everyone
     return
   end
-  redis.call('ZREM', KEYS[3], nxt)
   redis.call('ZREM', KEYS[4], nxt)
+  redis.call('ZREM', KEYS[5], nxt)
   local v = id .. '|' .. tok
   redis.call('SET', KEYS[1], v, 'PX', ttl)
   redis.call('PUBLISH', channel, v)
@@ -274,38 +291,83 @@ end
 `
 
 // acquireScript takes the lock when it is free, minting the token in the
-// same step: uncontended, that is GET, TIME, one SET ... GET on the counter
-// and the lock's SET. A waiter
-// (enqueue "1") that finds the lock granted to it by a release gets the
-// token the lock holds; otherwise it joins or refreshes its place in the
-// queue.
+// same step. Uncontended, that is GET of the lock, TIME, GETEX of the
+// offset, one SET ... GET on the counter and the lock's SET, done inline
+// before the helpers are even defined (a script's chunk runs in full on
+// every call: each local function is a closure made anew): when the
+// offset is "0" (or missing) the floor is the clock, and when the counter
+// was below it the token is the clock. Anything else — the lock taken
+// with enqueue "1", an offset, a counter not plainly below the clock —
+// goes on to the general path, mint's, from where the fast path stopped.
 //
-// KEYS: lock, counter, queue, deadlines, offset.
-// ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0").
+// "Plainly below": the counter is a canonical decimal and, as numbers,
+// below the clock, which is below 9·10^15 (until the year 2255). That
+// compare is exact: 9·10^15 < 2^53, so tonumber holds the clock exactly;
+// rounding is monotone and 9·10^15 a double, so a counter that converts
+// below the clock is below 9·10^15 too, and held exactly. The token itself
+// stays the clock's decimal string; anything else is decided by mint's
+// digit-wise compare (lt).
+//
+// A waiter (enqueue "1") that finds the lock granted to it by a release
+// gets the token the lock holds; otherwise it joins or refreshes its place
+// in the queue.
+//
+// KEYS: lock, counter, offset, queue, deadlines.
+// ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0";
+// without the last two, "0").
 // Returns {1, token} when granted now; {2, token} when a release handed
 // the lock over earlier; {0, ms until worth retrying, joined} when not
 // granted, joined 1 if the waiter was not in the queue and joined it now;
 // {3, value} when the counter or the clock floor is at or past the ceiling
 // (nothing granted). A counter or offset that is not a number is an error
 // reply.
-var acquireScript = redis.NewScript(decimal + mint + `
+var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
+local nowstr, raw, c, swapped
 if not v then
-  local _, _, nowstr = clock()
-  local tok, why, c = mint(nowstr, ARGV[3], KEYS[5])
+  local t = redis.call('TIME')
+  nowstr = t[2]
+  if #nowstr ~= 6 then nowstr = string.rep('0', 6 - #nowstr) .. nowstr end
+  nowstr = t[1] .. nowstr
+  raw = redis.call('GETEX', KEYS[3], 'PX', ARGV[3])
+  if not raw or raw == '0' then
+    c = redis.call('SET', KEYS[2], nowstr, 'PX', ARGV[3], 'GET')
+    swapped = true
+    local nowus = c and tonumber(nowstr)
+    if not c or (nowus < 9e15 and string.find(c, '^[1-9]%d*$') and tonumber(c) < nowus) then
+      if not raw then redis.call('SET', KEYS[3], '0', 'PX', ARGV[3]) end
+      redis.call('SET', KEYS[1], ARGV[1] .. '|' .. nowstr, 'PX', ARGV[2])
+      if ARGV[5] == '1' then
+        local m = ARGV[1] .. '|' .. ARGV[2]
+        redis.call('ZREM', KEYS[4], m)
+        redis.call('ZREM', KEYS[5], m)
+      end
+      return {1, nowstr}
+    end
+  end
+elseif ARGV[5] ~= '1' then
+  return {0, 0, 0}
+end
+` + decimal + mint + `
+if not v then
+  local tok, why, cv
+  if swapped then
+    tok, why, cv = settle(nowstr, ARGV[3], KEYS[3], nowstr, '0', raw, c)
+  else
+    tok, why, cv = mint(nowstr, ARGV[3], KEYS[3], raw)
+  end
   if not tok then
-    if why == 'range' then return {3, c} end
-    return mintErr(why, c, KEYS[5])
+    if why == 'range' then return {3, cv} end
+    return mintErr(why, cv, KEYS[3])
   end
   redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
   if ARGV[5] == '1' then
     local m = ARGV[1] .. '|' .. ARGV[2]
-    redis.call('ZREM', KEYS[3], m)
     redis.call('ZREM', KEYS[4], m)
+    redis.call('ZREM', KEYS[5], m)
   end
   return {1, tok}
 end
-if ARGV[5] ~= '1' then return {0, 0, 0} end
 local mine = ARGV[1] .. '|'
 if string.sub(v, 1, #mine) == mine then
   return {2, string.sub(v, #mine + 1)}
@@ -313,14 +375,14 @@ end
 local nowms, nowus = clock()
 local m = ARGV[1] .. '|' .. ARGV[2]
 local joined = 0
-if not redis.call('ZSCORE', KEYS[3], m) then
-  redis.call('ZADD', KEYS[3], nowus, m)
+if not redis.call('ZSCORE', KEYS[4], m) then
+  redis.call('ZADD', KEYS[4], nowus, m)
   joined = 1
 end
 local wttl = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[4], nowms + wttl, m)
-redis.call('PEXPIRE', KEYS[3], 2 * wttl)
+redis.call('ZADD', KEYS[5], nowms + wttl, m)
 redis.call('PEXPIRE', KEYS[4], 2 * wttl)
+redis.call('PEXPIRE', KEYS[5], 2 * wttl)
 return {0, math.max(redis.call('PTTL', KEYS[1]), 0), joined}
 `)
 
@@ -337,16 +399,18 @@ return 0
 `)
 
 // releaseScript releases the lock only if it still holds this grant,
-// handing it over to the next waiter.
+// handing it over to the next waiter. With nobody queued it is GET, EXISTS
+// and DEL, before the helpers of the hand-over are defined.
 //
-// KEYS: lock, counter, queue, deadlines, offset. ARGV: "id|token",
+// KEYS: lock, counter, offset, queue, deadlines. ARGV: "id|token",
 // channel, counter idle ms. Returns 1 when released, 0 when not held.
-var releaseScript = redis.NewScript(decimal + mint + handOver + `
+var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
+if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1])
   return 1
 end
+` + decimal + mint + handOver + `
 handOver(ARGV[2], ARGV[3])
 return 1
 `)
@@ -355,11 +419,11 @@ return 1
 // place in the queue, or a grant (by acquire or hand-over, with whatever
 // token) whose news never reached it — handing the lock on.
 //
-// KEYS: lock, counter, queue, deadlines, offset. ARGV: id, channel,
+// KEYS: lock, counter, offset, queue, deadlines. ARGV: id, channel,
 // counter idle ms, member ("id|ttl").
 var abandonScript = redis.NewScript(decimal + mint + handOver + `
-redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[4])
+redis.call('ZREM', KEYS[5], ARGV[4])
 local v = redis.call('GET', KEYS[1])
 local mine = ARGV[1] .. '|'
 if v and string.sub(v, 1, #mine) == mine then handOver(ARGV[2], ARGV[3]) end
