@@ -121,7 +121,7 @@ func lockKeyNames(prefix, name string, tagged bool) []string {
 	if tagged {
 		base = prefix + "{" + name + "}"
 	}
-	return []string{base, base + ":tok", base + ":tokd", base + ":q", base + ":qd", base + ":wake"}
+	return []string{base, base + ":tok", base + ":q", base + ":qd", base + ":wake"}
 }
 
 // All keys of a lock live in the slot of its name's hash tag — for names

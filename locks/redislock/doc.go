@@ -15,8 +15,9 @@
 //
 //   - acquire: if the lock is free, token = max(counter + 1, server TIME in
 //     µs + d), d the key's heal offset (0 unless the key was healed above
-//     the clock), written to the counter (and d to the offset key) with an
-//     idle expiry, and the lock set to "id|token" with the lease's TTL;
+//     the clock), written to the counter's key ("token", or "token:d"
+//     with an offset) with an idle expiry, and the lock set to "id|token"
+//     with the lease's TTL;
 //   - renew: PEXPIRE only if the lock still holds this very grant (its id
 //     and token);
 //   - release: only if the lock still holds this very grant, hand it over
@@ -81,10 +82,11 @@
 // grow with time, and the argument above would fail: a failover that lost
 // grant c + 1 would have the new primary mint c + 1 again, and every fence
 // admits an equal token as the same holder. So Heal also records the heal
-// offset d = healed value − now (key <prefix>{<key>}:tokd, written with
-// every counter, "0" when there is no offset, so the lock's keys exist
-// together; it idles out with the counter and never decreases), and the
-// floor becomes now + d:
+// offset d = healed value − now (stored in the counter's own key,
+// "counter:d", so that it is replicated, expires and is evicted with the
+// counter and never apart from it — an offset lost alone, as a key of its
+// own can be under maxmemory eviction, would bring the repeat back; it
+// never decreases), and the floor becomes now + d:
 // healed tokens grow with the clock, d ahead of it, and the same argument
 // holds shifted by d — the new primary has the offset (the heal had
 // replicated) and its clock reads later, so its next token is above the
@@ -94,9 +96,10 @@
 // again. If the heal itself is lost (a failover right after it), tokens
 // fall back below the healed value and the resource refuses them as stale
 // (safe); the holder heals again. Lockers of versions before the offset
-// ignore the offset key: grants they mint count up from the counter, and a
-// failover that loses such a grant can repeat its token — upgrade every
-// client of a lock before relying on healed keys across failovers.
+// read "counter:d" as a malformed counter and fail (closed: they grant
+// nothing) — upgrade every client of a lock together. An offset stored by
+// the version that kept it in a key of its own (<prefix>{<key>}:tokd) is
+// not read: heal such keys again after upgrading.
 //
 // The lock itself is only as good as Redis's: a failover to a lagging
 // replica can lose the lock key and grant it twice. That is what fencing is
@@ -145,9 +148,9 @@
 // each leaves the queue); nothing is left granted. Nothing in the package
 // moves a counter or an offset down: each failed acquire puts them back
 // and restarts their idle expiry, as a grant does. The way out is an
-// operator's: delete the counter key and the offset key
-// (<prefix>{<key>}:tok and <prefix>{<key>}:tokd; they also expire on
-// their own CounterIdle after the last acquire). The next
+// operator's: delete the counter's key (<prefix>{<key>}:tok, which holds
+// the offset too; it also expires on its own CounterIdle after the last
+// acquire). The next
 // token then comes from the clock, far below the marks the high tokens
 // left at the resources, which refuse it as stale until the operator
 // resets them too ([Fence.Reset], or the resource's own) — to the new

@@ -13,13 +13,12 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// The acquire script decides the common case inline — offset "0" or none,
-// a counter of the clock's length plainly below it — and hands everything
-// else to mint. Around that edge the tokens are what mint gives:
+// The acquire script decides the common case inline — no offset, a
+// counter plainly below the clock — and hands everything else to mint. Around that edge the tokens are what mint gives:
 // max(counter + 1, now + d), exact at 2^53 and up to 2^63−1, with the
-// offset raised when the token comes from the counter and written with
-// every counter; and a malformed counter or offset fails, granting
-// nothing, with the stored values left as they were.
+// offset raised when the token comes from the counter, stored with it;
+// and a malformed counter or offset fails, granting nothing, with the
+// stored value left as it was.
 func TestAcquireFastPathEdges(t *testing.T) {
 	db := servers.Redis(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
@@ -72,36 +71,49 @@ func TestAcquireFastPathEdges(t *testing.T) {
 		{name: "offset with no counter", offset: "60000000", want: "offset"},
 		{name: "bad offset", counter: u(n0 - 1), offset: "x", want: bad},
 		{name: "offset with a leading zero", offset: "00", want: bad},
+		{name: "offset 0 spelled out", counter: u(n0 - 1), offset: "0x", want: bad},
+		{name: "two offsets", counter: u(n0 - 1), offset: "5:5", want: bad},
+		{name: "empty offset", counter: u(n0-1) + ":", want: bad},
+		{name: "offset, no counter", counter: ":5", want: bad},
 	}
 	for i, tc := range cases {
 		k := keysFor(db.Prefix, "fast"+strconv.Itoa(i))
-		if tc.counter != "" {
-			c.Set(ctx, k.all[1], tc.counter, time.Minute)
+		// The counter's key holds "counter" or "counter:offset"; an offset
+		// without a counter is stored with the counter 1 (far below).
+		stored := tc.counter
+		if tc.offset != "" && tc.offset != "0" {
+			if stored == "" {
+				stored = "1"
+			}
+			stored += ":" + tc.offset
 		}
-		if tc.offset != "" {
-			c.Set(ctx, k.all[2], tc.offset, time.Minute)
+		if stored != "" {
+			c.Set(ctx, k.all[1], stored, time.Minute)
 		}
 		before := now()
 		res, err := acquireScript.Run(ctx, c, k.all, "id", 10_000, 90_000).Slice()
 		after := now()
-		counter := c.Get(ctx, k.all[1]).Val()
-		offset := c.Get(ctx, k.all[2]).Val()
+		value := c.Get(ctx, k.all[1]).Val()
+		counter, offset, split := strings.Cut(value, ":")
+		if !split && value != "" {
+			offset = "0"
+		}
 		lock := c.Get(ctx, k.all[0]).Val()
 		switch tc.want {
 		case bad:
 			if err == nil || !strings.Contains(err.Error(), "redislock:") {
 				t.Errorf("%s: acquire = %v, %v; want an error reply", tc.name, res, err)
 			}
-			if counter != tc.counter || (tc.offset != "" && offset != tc.offset) || lock != "" {
-				t.Errorf("%s: after the refusal counter %q, offset %q, lock %q; want them as they were", tc.name, counter, offset, lock)
+			if value != stored || lock != "" {
+				t.Errorf("%s: after the refusal the counter's key %q (was %q), lock %q; want them as they were", tc.name, value, stored, lock)
 			}
 			continue
 		case refused:
 			if err != nil || len(res) != 2 || res[0] != int64(3) {
 				t.Errorf("%s: acquire = %v, %v; want a range refusal", tc.name, res, err)
 			}
-			if counter != tc.counter || lock != "" {
-				t.Errorf("%s: after the refusal counter %q, lock %q; want them as they were", tc.name, counter, lock)
+			if value != stored || lock != "" {
+				t.Errorf("%s: after the refusal the counter's key %q (was %q), lock %q; want them as they were", tc.name, value, stored, lock)
 			}
 			continue
 		}
@@ -147,7 +159,7 @@ func TestAcquireFastPathEdges(t *testing.T) {
 				t.Errorf("%s: offset %q after, want %q", tc.name, offset, want)
 			}
 		}
-		for _, key := range k.all[1:3] {
+		for _, key := range k.all[1:2] {
 			if ttl := c.PTTL(ctx, key).Val(); ttl < 60*time.Second {
 				t.Errorf("%s: %s PTTL %v after the grant, want the counter's idle time (90s)", tc.name, key, ttl)
 			}
@@ -155,12 +167,12 @@ func TestAcquireFastPathEdges(t *testing.T) {
 	}
 }
 
-// The six names of a lock come from one string; each is what it says.
+// The five names of a lock come from one string; each is what it says.
 func TestKeysFor(t *testing.T) {
 	for _, tc := range [][2]string{{"p:", "k"}, {"", ""}, {"fenceguard:lock:", "a}b{c"}, {"x", "ünï"}} {
 		k := keysFor(tc[0], tc[1])
 		base := tc[0] + "{" + tc[1] + "}"
-		want := []string{base, base + ":tok", base + ":tokd", base + ":q", base + ":qd"}
+		want := []string{base, base + ":tok", base + ":q", base + ":qd"}
 		if len(k.all) != len(want) {
 			t.Fatalf("keysFor(%q, %q) = %q", tc[0], tc[1], k.all)
 		}
@@ -172,7 +184,7 @@ func TestKeysFor(t *testing.T) {
 		if k.channel != base+":wake" {
 			t.Errorf("keysFor(%q, %q).channel = %q", tc[0], tc[1], k.channel)
 		}
-		if b := k.bound(); len(b) != 3 || b[2] != base+":tokd" {
+		if b := k.bound(); len(b) != 2 || b[1] != base+":tok" {
 			t.Errorf("bound = %q", b)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/big"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,16 +80,16 @@ func TestDecimalAddSubExact(t *testing.T) {
 // mintAtScript runs mint with the clock given: ARGV now (decimal µs),
 // idle ms. Returns {token or "", why or "", value or ""}.
 var mintAtScript = redis.NewScript(decimal + mint + `
-local tok, why, v = mint(ARGV[1], ARGV[2], KEYS[3], redis.call('GETEX', KEYS[3], 'PX', ARGV[2]))
+local tok, why, v = mint(ARGV[1], ARGV[2], redis.call('GET', KEYS[2]), false)
 return {tok or '', why or '', v or ''}
 `)
 
 // mint with a chosen clock: max(counter + 1, now + d), exact at 2^53 and
 // up to 2^63−1; a floor past the ceiling mints nothing (a range refusal)
 // and leaves the counter as it was; a token from counter + 1 raises the
-// offset so the next floor is above it; the offset is written with every
-// counter ("0": none); an offset that is not a number in 0..MaxToken
-// fails.
+// offset so the next floor is above it; the offset is stored with the
+// counter, "counter:offset" ("counter" alone: none); a value that is not
+// that, with both numbers in 1..MaxToken, fails and is left as it was.
 func TestMintOffsetEdges(t *testing.T) {
 	db := servers.Redis(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
@@ -127,18 +128,19 @@ func TestMintOffsetEdges(t *testing.T) {
 			why: "range", counterAfter: u(1<<63 - 1), offsetAfter: "0"},
 		{name: "counter one below the ceiling, no offset", counter: u(1<<63 - 2), now: now,
 			tok: u(1<<63 - 1), counterAfter: u(1<<63 - 1), offsetAfter: u(1<<63 - 1 - now)},
-		{name: "bad offset letters", counter: u(7), offset: "abc", now: now, why: "badoff", counterAfter: u(7), offsetAfter: "abc"},
-		{name: "bad offset negative", offset: "-1", now: now, why: "badoff", offsetAfter: "-1"},
-		{name: "bad offset leading zero", offset: "012", now: now, why: "badoff", offsetAfter: "012"},
-		{name: "bad offset past MaxToken", offset: "9223372036854775808", now: now, why: "badoff", offsetAfter: "9223372036854775808"},
+		{name: "bad offset letters", counter: u(7), offset: "abc", now: now, why: "bad", counterAfter: u(7), offsetAfter: "abc"},
+		{name: "bad offset negative", offset: "-1", now: now, why: "bad", offsetAfter: "-1"},
+		{name: "bad offset leading zero", offset: "012", now: now, why: "bad", offsetAfter: "012"},
+		{name: "bad offset past MaxToken", offset: "9223372036854775808", now: now, why: "bad", offsetAfter: "9223372036854775808"},
 	}
 	for i, tc := range cases {
 		k := keysFor(db.Prefix, "mint"+strconv.Itoa(i))
-		if tc.counter != "" {
-			c.Set(ctx, k.all[1], tc.counter, time.Minute)
+		stored := tc.counter
+		if tc.offset != "" && tc.offset != "0" {
+			stored += ":" + tc.offset
 		}
-		if tc.offset != "" {
-			c.Set(ctx, k.all[2], tc.offset, time.Minute)
+		if stored != "" {
+			c.Set(ctx, k.all[1], stored, time.Minute)
 		}
 		res, err := mintAtScript.Run(ctx, c, k.all, u(tc.now), 90_000).StringSlice()
 		if err != nil {
@@ -147,16 +149,27 @@ func TestMintOffsetEdges(t *testing.T) {
 		if res[0] != tc.tok || res[1] != tc.why {
 			t.Errorf("%s: mint = %q (why %q, value %q), want %q (why %q)", tc.name, res[0], res[1], res[2], tc.tok, tc.why)
 		}
-		if got := c.Get(ctx, k.all[1]).Val(); got != tc.counterAfter {
-			t.Errorf("%s: counter %q after, want %q", tc.name, got, tc.counterAfter)
+		value := c.Get(ctx, k.all[1]).Val()
+		if tc.why == "bad" {
+			if value != stored {
+				t.Errorf("%s: the counter's key holds %q after, want it as it was, %q", tc.name, value, stored)
+			}
+			continue
 		}
-		if got := c.Get(ctx, k.all[2]).Val(); got != tc.offsetAfter {
-			t.Errorf("%s: offset %q after, want %q", tc.name, got, tc.offsetAfter)
+		counter, offset, ok := strings.Cut(value, ":")
+		if !ok && value != "" {
+			offset = "0"
 		}
-		// The offset lives with the counter: the mint restarted both expiries.
-		if tc.offsetAfter != "" && tc.why != "badoff" {
-			if ttl := c.PTTL(ctx, k.all[2]).Val(); ttl < 60*time.Second {
-				t.Errorf("%s: offset PTTL %v after the mint, want the counter's idle time (90s)", tc.name, ttl)
+		if counter != tc.counterAfter {
+			t.Errorf("%s: counter %q after (%q), want %q", tc.name, counter, value, tc.counterAfter)
+		}
+		if offset != tc.offsetAfter {
+			t.Errorf("%s: offset %q after (%q), want %q", tc.name, offset, value, tc.offsetAfter)
+		}
+		// The mint restarted the counter's idle expiry.
+		if value != "" {
+			if ttl := c.PTTL(ctx, k.all[1]).Val(); ttl < 60*time.Second {
+				t.Errorf("%s: PTTL %v after the mint, want the counter's idle time (90s)", tc.name, ttl)
 			}
 		}
 	}

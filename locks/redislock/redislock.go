@@ -64,8 +64,8 @@ type Options struct {
 	WaiterTTL time.Duration
 
 	// CounterIdle is how long a key's token counter and its heal offset
-	// (two small keys, the offset "0" unless the key was healed above the
-	// clock) survive after the last grant. Past it the counter is gone
+	// (one small key, "token" or "token:offset" when the key was healed
+	// above the clock) survive after the last grant. Past it the counter is gone
 	// and the next token comes from the server clock alone (still larger,
 	// unless the clock went back or the key had been healed above the
 	// clock: then the resource refuses it as stale and the holder heals
@@ -130,27 +130,27 @@ func (l *Locker) Close() error {
 }
 
 type lockKeys struct {
-	all     []string // lock, counter, offset, queue, deadlines
+	all     []string // lock, counter (with the heal offset), queue, deadlines
 	channel string
 }
 
-// bound returns the keys of the scripts that read the counter and its
-// offset: lock, counter, offset.
-func (k lockKeys) bound() []string { return k.all[:3] }
+// bound returns the keys of the scripts that read the counter (and its
+// offset): lock, counter.
+func (k lockKeys) bound() []string { return k.all[:2] }
 
 // DefaultPrefix is the key prefix of a [Locker] and a [Sequencer] whose
 // prefix is empty.
 const DefaultPrefix = "fenceguard:lock:"
 
 func keysFor(prefix, key string) lockKeys {
-	// One allocation for the six names: base:tok and base are prefixes of
-	// base:tokd, base:q of base:qd.
+	// One allocation for the five names: base is a prefix of base:tok,
+	// base:q of base:qd.
 	b := len(prefix) + len(key) + 2
-	s := prefix + "{" + key + "}:tokd" + prefix + "{" + key + "}:qd" + prefix + "{" + key + "}:wake"
-	tokd, qd := s[:b+5], s[b+5:2*b+8]
+	s := prefix + "{" + key + "}:tok" + prefix + "{" + key + "}:qd" + prefix + "{" + key + "}:wake"
+	tok, qd := s[:b+4], s[b+4:2*b+7]
 	return lockKeys{
-		all:     []string{tokd[:b], tokd[:b+4], tokd, qd[:b+2], qd},
-		channel: s[2*b+8:],
+		all:     []string{tok[:b], tok, qd[:b+2], qd},
+		channel: s[2*b+7:],
 	}
 }
 
@@ -182,7 +182,7 @@ type outcome struct {
 // rangeErr is the error of a grant the counter, at the ceiling, cannot
 // mint.
 func rangeErr() error {
-	return fmt.Errorf("token counter, or its healed clock floor, at the ceiling (delete the counter and offset keys, see the package doc): %w",
+	return fmt.Errorf("token counter, or its healed clock floor, at the ceiling (delete the counter's key, see the package doc): %w",
 		&token.RangeError{What: "redislock counter", Token: MaxToken + 1, Max: MaxToken})
 }
 
@@ -193,13 +193,13 @@ func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Du
 	if enqueue {
 		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
 	} else {
-		// All five keys, though the script touches only three: in a
+		// All four keys, though the script touches only two: in a
 		// Cluster slot that migrates, a TryAcquire of a held lock then waits
 		// for the move like every other call (see clusterRun).
 		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
 	}
 	if err != nil {
-		return outcome{}, err
+		return outcome{}, scriptErr(err)
 	}
 	code, _ := res[0].(int64)
 	switch {
@@ -407,8 +407,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // and change nothing.
 //
 // When the counter ends up above the server clock, Heal also records the
-// heal offset d = counter − now (in <prefix>{<key>}:tokd, with the
-// counter's idle expiry; d never decreases), and from then on tokens are
+// heal offset d = counter − now (in the counter's key, "counter:d", with
+// its idle expiry; d never decreases), and from then on tokens are
 // max(counter + 1, now + d): healed tokens keep growing with the clock,
 // d ahead of it, instead of counting up from the healed value. That is
 // what keeps them growing across a failover that loses a grant: the new
@@ -423,10 +423,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 //
 // A healed key's tokens therefore reach [MaxToken] (MaxToken − counter) µs
 // after the heal; grants then fail with a [*token.RangeError] until an
-// operator deletes the counter and the offset (see the package doc).
-// Lockers of versions without the offset ignore it: their grants count up
-// from the counter, and a failover that loses one of them can repeat its
-// token as before.
+// operator deletes the counter's key (see the package doc). Lockers of
+// versions without the offset read "counter:d" as malformed and grant
+// nothing: upgrade every client of a lock together.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
@@ -440,15 +439,19 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 	}
 	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), ms(l.o.CounterIdle)).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: heal %q: %w", key, err)
+		return 0, fmt.Errorf("redislock: heal %q: %w", key, scriptErr(err))
 	}
 	return token.Parse(s)
 }
 
 // Issued returns an upper bound of every token granted for key so far: its
 // counter, or the clock floor when that is larger (the server clock in µs
-// plus the key's heal offset, at most [MaxToken]; see [Locker.Heal]). A
-// presented token above it was never issued. One round trip.
+// plus the key's heal offset, at most [MaxToken]; see [Locker.Heal]), or
+// the token of the grant holding the lock when that is larger still (a
+// healed key's counter idles out after CounterIdle, a lease may outlive
+// it). A presented token above it was never issued — but for grants
+// released after their counter idled out and before a heal. A malformed
+// counter is a [*CounterError]. One round trip.
 // [Locker.Current] is the tighter bound: a token above the current
 // holder's was not granted yet either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
@@ -460,7 +463,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	}
 	s, err := issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: issued %q: %w", key, err)
+		return 0, fmt.Errorf("redislock: issued %q: %w", key, scriptErr(err))
 	}
 	return token.Parse(s)
 }
@@ -545,7 +548,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: release %q: %w", s.key, err)
+		return fmt.Errorf("redislock: release %q: %w", s.key, scriptErr(err))
 	}
 	if n != 1 {
 		return locks.NotHeldError("release", s.key, s.tok)

@@ -6,13 +6,15 @@ import "github.com/redis/go-redis/v9"
 // cluster slot and a script may touch them together:
 //
 //	<prefix>{<key>}        the lock: "<grant id>|<token>", PX ttl
-//	<prefix>{<key>}:tok    the token counter, PX counter idle time
-//	<prefix>{<key>}:tokd   the heal offset d, PX counter idle time (see mint)
+//	<prefix>{<key>}:tok    the token counter c and the heal offset d, as
+//	                       "c" (d = 0) or "c:d", PX counter idle time (see
+//	                       mint): one key, so that an eviction or an
+//	                       expiry never takes one without the other
 //	<prefix>{<key>}:q      waiters in arrival order (zset, score: server µs)
 //	<prefix>{<key>}:qd     waiters' liveness deadlines (zset, score: server ms)
 //
-// (in this order, KEYS[1..5], in every script that names them: the
-// scripts that read only the counter name the first three)
+// (in this order, KEYS[1..4], in every script that names them: the
+// scripts that read only the counter name the first two)
 //
 // and the channel <prefix>{<key>}:wake, on which a release publishes
 // "<id>|<token>" of the waiter it handed the lock to.
@@ -122,38 +124,40 @@ end
 
 local function badCounter(c)
   return redis.error_reply('ERR redislock: token counter ' .. KEYS[2] .. ' holds ' ..
-    string.format('%q', string.sub(c, 1, 40)) .. ', not a token in 1..' .. MAX)
+    string.format('%q', string.sub(c, 1, 40)) .. ', not a token in 1..' .. MAX ..
+    ' (or "token:offset", the offset in 1..' .. MAX .. ')')
 end
 
-local function badOffset(key, d)
-  return redis.error_reply('ERR redislock: heal offset ' .. key .. ' holds ' ..
-    string.format('%q', string.sub(d, 1, 40)) .. ', not a number in 0..' .. MAX)
+-- split reads the counter's stored value raw (false: none): the counter c
+-- (nil when there is none) and the heal offset d ('0' when there is
+-- none), or false when raw holds something else than "c" or "c:d" with c
+-- and d canonical decimals in 1..MAX.
+local function split(raw)
+  if not raw then return nil, '0' end
+  local i = string.find(raw, ':', 1, true)
+  if not i then
+    if canon(raw, MAX) then return raw, '0' end
+    return false
+  end
+  local c, d = string.sub(raw, 1, i - 1), string.sub(raw, i + 1)
+  if canon(c, MAX) and canon(d, MAX) then return c, d end
+  return false
 end
 
--- offsetOf is the heal offset a read of its key returned (false: none):
--- '0' when there is none, nil when it holds something else than a
--- canonical decimal in 0..MAX.
-local function offsetOf(d)
-  if not d or d == '0' then return '0' end
-  if not canon(d, MAX) then return nil end
-  return d
-end
-
--- offset reads the heal offset at offkey (offsetOf), and the raw value.
-local function offset(offkey)
-  local d = redis.call('GET', offkey)
-  return offsetOf(d), d
+-- joined is the stored value of counter c with offset d.
+local function joined(c, d)
+  if d == '0' then return c end
+  return c .. ':' .. d
 end
 
 -- bound returns max(counter, clock floor), at most MAX: at least every
--- token granted (each was written to the counter) and at most the next
--- grant's. Or an error reply.
-local function bound(ckey, offkey)
+-- token granted while the counter lived (each was written to it) and at
+-- most the next grant's. Or an error reply.
+local function bound(ckey)
   local _, _, nowstr = clock()
-  local c = redis.call('GET', ckey)
-  if c and not canon(c, MAX) then return badCounter(c) end
-  local d, raw = offset(offkey)
-  if not d then return badOffset(offkey, raw) end
+  local raw = redis.call('GET', ckey)
+  local c, d = split(raw)
+  if c == false then return badCounter(raw) end
   local f = nowstr
   if d ~= '0' then
     f = add(nowstr, d)
@@ -166,10 +170,9 @@ end
 
 // mint sets the counter to the next token, max(counter + 1, now + d) —
 // now the server clock in µs, d the heal offset (0 when there is none) —
-// and returns it: usually a GETEX of the offset (which restarts its idle
-// expiry: the offset is unchanged) and one SET ... GET, as the clock floor
-// is ahead of the counter. The acquire script does the same inline (see
-// acquireScript), and runs mint only off that path.
+// and returns it: usually one SET ... GET of the counter's key, as the
+// clock floor is ahead of the counter. The acquire script does the same
+// inline (see acquireScript), and runs mint only off that path.
 //
 // Why the offset. Across a failover that loses the last grant, the clock
 // floor keeps the next token above the lost one: the new master's clock
@@ -183,68 +186,56 @@ end
 // above the lost grant. When a token does come from counter + 1 (a
 // counter raised by a client without offsets, or several grants in one
 // µs), mint raises d to token − now, so the next grant's floor is above
-// it again. d never decreases; it lives (and idles out) with the
-// counter: mint writes it with every counter, "0" when there is no
-// offset, so that the lock's keys exist together — in a Cluster, a
-// script whose keys exist in part is refused with TRYAGAIN while its slot
-// migrates. KEYS[2] the counter, offkey the offset.
+// it again. d never decreases. It is stored in the counter's own key,
+// "c:d": kept, replicated, expired and evicted with the counter, never
+// apart from it (an offset lost alone — a separate key evicted under
+// maxmemory — would bring the repeat back: the counter + 1 of a healed
+// key does not grow with time).
 const mint = `
--- settle finishes a mint once the counter has been set to the floor f
--- (SET ... GET: c the counter before, false when there was none): when c
--- is not below f, the token is c + 1 instead (and the counter set to it),
--- raising d; the offset is written when it changed or did not exist (raw
--- is what GETEX read, which restarted its idle expiry). Returns as mint.
-local function settle(nowstr, idle, offkey, f, d, raw, c)
-  local tok, why = f, nil
-  if c then
-    if not canon(c, MAX) then
-      tok, why = nil, 'bad'
-    elseif not lt(c, f) then
-      if c == MAX then
-        tok, why = nil, 'range'
-      else
-        tok = incr(c)
-        if lt(nowstr, tok) then
-          local nd = sub(tok, nowstr)
-          if lt(d, nd) then d = nd end
-        end
-      end
-    end
-    if tok ~= f then redis.call('SET', KEYS[2], tok or c, 'PX', idle) end
-  end
-  if d ~= raw then redis.call('SET', offkey, d, 'PX', idle) end
-  if not tok then return nil, why, c end
-  return tok
-end
-
 -- mint returns the new token, or nil and why not: 'range' when the
 -- counter is at the ceiling or the clock floor past it, 'bad' when the
--- counter holds something else than a token, 'badoff' when the offset
--- does (the value third); then the counter is put back as it was (its
--- idle expiry restarted) and nothing is minted. raw is the offset as
--- read by GETEX offkey PX idle (false: none), which restarted its expiry.
-local function mint(nowstr, idle, offkey, raw)
-  local d = offsetOf(raw)
-  if not d then
-    redis.call('PEXPIRE', KEYS[2], idle)
-    return nil, 'badoff', raw
+-- counter's key holds something else than "c" or "c:d" (the value
+-- third); then the key is put back as it was (its idle expiry
+-- restarted) and nothing is minted. raw is the key's value (false:
+-- none); swapped, the key already holds nowstr (the acquire's SET ...
+-- GET returned raw), else it is untouched.
+local function mint(nowstr, idle, raw, swapped)
+  local c, d = split(raw)
+  local function restore()
+    if swapped then
+      if raw then redis.call('SET', KEYS[2], raw, 'PX', idle) else redis.call('DEL', KEYS[2]) end
+    elseif raw then
+      redis.call('PEXPIRE', KEYS[2], idle)
+    end
+  end
+  if c == false then
+    restore()
+    return nil, 'bad', raw
   end
   local f = nowstr
   if d ~= '0' then
     f = add(nowstr, d)
     if lt(MAX, f) then
-      redis.call('PEXPIRE', KEYS[2], idle)
+      restore()
       return nil, 'range', f
     end
   end
-  return settle(nowstr, idle, offkey, f, d, raw, redis.call('SET', KEYS[2], f, 'PX', idle, 'GET'))
-end
-
--- mintErr is the error reply of a mint that failed for a reason other
--- than the ceiling.
-local function mintErr(why, v, offkey)
-  if why == 'badoff' then return badOffset(offkey, v) end
-  return badCounter(v)
+  local tok = f
+  if c and not lt(c, f) then
+    if c == MAX then
+      restore()
+      return nil, 'range', c
+    end
+    tok = incr(c)
+    if lt(nowstr, tok) then
+      local nd = sub(tok, nowstr)
+      if lt(d, nd) then d = nd end
+    end
+  end
+  if not swapped or tok ~= nowstr or d ~= '0' then
+    redis.call('SET', KEYS[2], joined(tok, d), 'PX', idle)
+  end
+  return tok
 end
 `
 
@@ -255,35 +246,35 @@ end
 // mint (at the ceiling), the lock is deleted and every waiter woken: their
 // acquires then fail with the reason, and leave the queue.
 //
-// KEYS[1..5]; channel, idle (counter idle ms). Needs decimal and mint.
+// KEYS[1..4]; channel, idle (counter idle ms). Needs decimal and mint.
 const handOver = `
 local function handOver(channel, idle)
   local nowms, _, nowstr = clock()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nowms, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', nowms, 'LIMIT', 0, 100)
   if #dead > 0 then
+    redis.call('ZREM', KEYS[3], unpack(dead))
     redis.call('ZREM', KEYS[4], unpack(dead))
-    redis.call('ZREM', KEYS[5], unpack(dead))
   end
-  local nxt = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local nxt = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not nxt then
     redis.call('DEL', KEYS[1])
     return
   end
   local id, ttl = string.match(nxt, '^(.*)|(%d+)$')
   if not id then
+    redis.call('ZREM', KEYS[3], nxt)
     redis.call('ZREM', KEYS[4], nxt)
-    redis.call('ZREM', KEYS[5], nxt)
     redis.call('DEL', KEYS[1])
     return
   end
-  local tok = mint(nowstr, idle, KEYS[3], redis.call('GETEX', KEYS[3], 'PX', idle))
+  local tok = mint(nowstr, idle, redis.call('GET', KEYS[2]), false)
   if not tok then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', channel, '*') -- rnotify.Everyone
     return
   end
+  redis.call('ZREM', KEYS[3], nxt)
   redis.call('ZREM', KEYS[4], nxt)
-  redis.call('ZREM', KEYS[5], nxt)
   local v = id .. '|' .. tok
   redis.call('SET', KEYS[1], v, 'PX', ttl)
   redis.call('PUBLISH', channel, v)
@@ -291,80 +282,70 @@ end
 `
 
 // acquireScript takes the lock when it is free, minting the token in the
-// same step. Uncontended, that is GET of the lock, TIME, GETEX of the
-// offset, one SET ... GET on the counter and the lock's SET, done inline
-// before the helpers are even defined (a script's chunk runs in full on
-// every call: each local function is a closure made anew): when the
-// offset is "0" (or missing) the floor is the clock, and when the counter
-// was below it the token is the clock. Anything else — the lock taken
-// with enqueue "1", an offset, a counter not plainly below the clock —
-// goes on to the general path, mint's, from where the fast path stopped.
+// same step. Uncontended, that is GET of the lock, TIME, one SET ... GET
+// on the counter's key and the lock's SET, done inline before the helpers
+// are even defined (a script's chunk runs in full on every call: each
+// local function is a closure made anew): when the counter was plainly
+// below the clock and has no offset, the token is the clock. Anything
+// else — the lock taken with enqueue "1", an offset, a counter not plainly
+// below the clock — goes on to the general path, mint's, from where the
+// fast path stopped.
 //
-// "Plainly below": the counter is a canonical decimal and, as numbers,
-// below the clock, which is below 9·10^15 (until the year 2255). That
-// compare is exact: 9·10^15 < 2^53, so tonumber holds the clock exactly;
-// rounding is monotone and 9·10^15 a double, so a counter that converts
-// below the clock is below 9·10^15 too, and held exactly. The token itself
-// stays the clock's decimal string; anything else is decided by mint's
-// digit-wise compare (lt).
+// "Plainly below": the counter is a canonical decimal with no offset
+// and, as numbers, below the clock, which is below 9·10^15 (until the year
+// 2255). That compare is exact: 9·10^15 < 2^53, so tonumber holds the
+// clock exactly; rounding is monotone and 9·10^15 a double, so a counter
+// that converts below the clock is below 9·10^15 too, and held exactly.
+// The token itself stays the clock's decimal string; anything else is
+// decided by mint's digit-wise compare (lt).
 //
 // A waiter (enqueue "1") that finds the lock granted to it by a release
 // gets the token the lock holds; otherwise it joins or refreshes its place
 // in the queue.
 //
-// KEYS: lock, counter, offset, queue, deadlines.
+// KEYS: lock, counter, queue, deadlines.
 // ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0";
 // without the last two, "0").
 // Returns {1, token} when granted now; {2, token} when a release handed
 // the lock over earlier; {0, ms until worth retrying, joined} when not
 // granted, joined 1 if the waiter was not in the queue and joined it now;
 // {3, value} when the counter or the clock floor is at or past the ceiling
-// (nothing granted). A counter or offset that is not a number is an error
-// reply.
+// (nothing granted). A counter's key that holds something else than "c"
+// or "c:d" is an error reply.
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-local nowstr, raw, c, swapped
+local nowstr, c
 if not v then
   local t = redis.call('TIME')
   nowstr = t[2]
   if #nowstr ~= 6 then nowstr = string.rep('0', 6 - #nowstr) .. nowstr end
   nowstr = t[1] .. nowstr
-  raw = redis.call('GETEX', KEYS[3], 'PX', ARGV[3])
-  if not raw or raw == '0' then
-    c = redis.call('SET', KEYS[2], nowstr, 'PX', ARGV[3], 'GET')
-    swapped = true
-    local nowus = c and tonumber(nowstr)
-    if not c or (nowus < 9e15 and string.find(c, '^[1-9]%d*$') and tonumber(c) < nowus) then
-      if not raw then redis.call('SET', KEYS[3], '0', 'PX', ARGV[3]) end
-      redis.call('SET', KEYS[1], ARGV[1] .. '|' .. nowstr, 'PX', ARGV[2])
-      if ARGV[5] == '1' then
-        local m = ARGV[1] .. '|' .. ARGV[2]
-        redis.call('ZREM', KEYS[4], m)
-        redis.call('ZREM', KEYS[5], m)
-      end
-      return {1, nowstr}
+  c = redis.call('SET', KEYS[2], nowstr, 'PX', ARGV[3], 'GET')
+  local nowus = c and tonumber(nowstr)
+  if not c or (nowus < 9e15 and string.find(c, '^[1-9]%d*$') and tonumber(c) < nowus) then
+    redis.call('SET', KEYS[1], ARGV[1] .. '|' .. nowstr, 'PX', ARGV[2])
+    if ARGV[5] == '1' then
+      local m = ARGV[1] .. '|' .. ARGV[2]
+      redis.call('ZREM', KEYS[3], m)
+      redis.call('ZREM', KEYS[4], m)
     end
+    return {1, nowstr}
   end
 elseif ARGV[5] ~= '1' then
   return {0, 0, 0}
 end
 ` + decimal + mint + `
 if not v then
-  local tok, why, cv
-  if swapped then
-    tok, why, cv = settle(nowstr, ARGV[3], KEYS[3], nowstr, '0', raw, c)
-  else
-    tok, why, cv = mint(nowstr, ARGV[3], KEYS[3], raw)
-  end
+  local tok, why, cv = mint(nowstr, ARGV[3], c, true)
   if not tok then
     if why == 'range' then return {3, cv} end
-    return mintErr(why, cv, KEYS[3])
+    return badCounter(cv)
   end
   redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
   if ARGV[5] == '1' then
     local m = ARGV[1] .. '|' .. ARGV[2]
+    redis.call('ZREM', KEYS[3], m)
     redis.call('ZREM', KEYS[4], m)
-    redis.call('ZREM', KEYS[5], m)
   end
   return {1, tok}
 end
@@ -375,14 +356,14 @@ end
 local nowms, nowus = clock()
 local m = ARGV[1] .. '|' .. ARGV[2]
 local joined = 0
-if not redis.call('ZSCORE', KEYS[4], m) then
-  redis.call('ZADD', KEYS[4], nowus, m)
+if not redis.call('ZSCORE', KEYS[3], m) then
+  redis.call('ZADD', KEYS[3], nowus, m)
   joined = 1
 end
 local wttl = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[5], nowms + wttl, m)
+redis.call('ZADD', KEYS[4], nowms + wttl, m)
+redis.call('PEXPIRE', KEYS[3], 2 * wttl)
 redis.call('PEXPIRE', KEYS[4], 2 * wttl)
-redis.call('PEXPIRE', KEYS[5], 2 * wttl)
 return {0, math.max(redis.call('PTTL', KEYS[1]), 0), joined}
 `)
 
@@ -402,11 +383,11 @@ return 0
 // handing it over to the next waiter. With nobody queued it is GET, EXISTS
 // and DEL, before the helpers of the hand-over are defined.
 //
-// KEYS: lock, counter, offset, queue, deadlines. ARGV: "id|token",
-// channel, counter idle ms. Returns 1 when released, 0 when not held.
+// KEYS: lock, counter, queue, deadlines. ARGV: "id|token", channel,
+// counter idle ms. Returns 1 when released, 0 when not held.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[4]) == 0 then
+if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -419,11 +400,11 @@ return 1
 // place in the queue, or a grant (by acquire or hand-over, with whatever
 // token) whose news never reached it — handing the lock on.
 //
-// KEYS: lock, counter, offset, queue, deadlines. ARGV: id, channel,
-// counter idle ms, member ("id|ttl").
+// KEYS: lock, counter, queue, deadlines. ARGV: id, channel, counter idle
+// ms, member ("id|ttl").
 var abandonScript = redis.NewScript(decimal + mint + handOver + `
+redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[4])
-redis.call('ZREM', KEYS[5], ARGV[4])
 local v = redis.call('GET', KEYS[1])
 local mine = ARGV[1] .. '|'
 if v and string.sub(v, 1, #mine) == mine then handOver(ARGV[2], ARGV[3]) end
@@ -435,34 +416,40 @@ return 1
 // so that the clock floor is at least the counter: d = max(d, counter −
 // now) when the counter is above the clock (see mint).
 //
-// KEYS: lock (unused), counter, offset. ARGV: target, counter idle ms.
+// KEYS: lock (unused), counter. ARGV: target, counter idle ms.
 // Returns the counter ("0" when there is none and the target is 0).
 var healScript = redis.NewScript(decimal + `
 local _, _, nowstr = clock()
-local c = redis.call('GET', KEYS[2])
-if c and not canon(c, MAX) then return badCounter(c) end
-local d, raw = offset(KEYS[3])
-if not d then return badOffset(KEYS[3], raw) end
+local raw = redis.call('GET', KEYS[2])
+local c, d = split(raw)
+if c == false then return badCounter(raw) end
 if not c or lt(c, ARGV[1]) then c = ARGV[1] end
 if c == '0' then return '0' end
-redis.call('SET', KEYS[2], c, 'PX', ARGV[2])
 if lt(nowstr, c) then
   local nd = sub(c, nowstr)
   if lt(d, nd) then d = nd end
 end
-redis.call('SET', KEYS[3], d, 'PX', ARGV[2])
+redis.call('SET', KEYS[2], joined(c, d), 'PX', ARGV[2])
 return c
 `)
 
 // issuedScript returns an upper bound of every token granted for the key:
 // the counter, or the clock floor (now + heal offset, at most MaxToken)
 // when that is larger (a counter that expired or was lost was at most the
-// floor when it was last written).
+// floor when it was last written), or the token in the lock's value when
+// that is larger still (a healed key's counter may idle out while its
+// lock is held).
 //
-// KEYS: lock (unused), counter, offset. Returns the bound as a decimal
-// string.
+// KEYS: lock, counter. Returns the bound as a decimal string.
 var issuedScript = redis.NewScript(decimal + `
-return bound(KEYS[2], KEYS[3])
+local b = bound(KEYS[2])
+if type(b) ~= 'string' then return b end
+local v = redis.call('GET', KEYS[1])
+if v then
+  local tok = string.match(v, '|(%d+)$')
+  if tok and canon(tok, MAX) and lt(b, tok) then return tok end
+end
+return b
 `)
 
 // currentScript is the Sequencer's answer: the token in the lock's value
@@ -471,14 +458,14 @@ return bound(KEYS[2], KEYS[3])
 // granted so far and at most the next grant's (which is max(counter + 1,
 // floor)).
 //
-// KEYS: lock, counter, offset. Returns a decimal string.
+// KEYS: lock, counter. Returns a decimal string.
 var currentScript = redis.NewScript(masterOnly + decimal + `
 local v = redis.call('GET', KEYS[1])
 if v then
   local tok = string.match(v, '|(%d+)$')
   if tok and canon(tok, MAX) then return tok end
 end
-return bound(KEYS[2], KEYS[3])
+return bound(KEYS[2])
 `)
 
 // claimScript is the Fence's check-and-advance on canonical decimal

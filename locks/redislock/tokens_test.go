@@ -78,8 +78,9 @@ func healedGrants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *
 	if got, err := a.Heal(ctx, key, target); err != nil || got != target {
 		t.Fatalf("Heal(%d) = %d, %v", target, got, err)
 	}
-	dkey := prefix + "{" + key + "}:tokd"
-	ds := c.Get(ctx, dkey).Val()
+	ckey := prefix + "{" + key + "}:tok" // "counter:offset"
+	offsetOf := func() string { _, d, _ := strings.Cut(c.Get(ctx, ckey).Val(), ":"); return d }
+	ds := offsetOf()
 	d, err := token.Parse(ds)
 	if err != nil || d == 0 || target-d < before {
 		t.Fatalf("offset %q after Heal(%d) at server time ≥ %d: want target − the heal's clock", ds, target, before)
@@ -94,7 +95,7 @@ func healedGrants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *
 			t.Errorf("grant %d: token %d − offset %d = %d, not a server clock reading in [%d, %d]", i, tok, d, at, before, after)
 		}
 	}
-	if got := c.Get(ctx, dkey).Val(); got != ds {
+	if got := offsetOf(); got != ds {
 		t.Errorf("offset %q after the grants, want %q unchanged (every token came from the clock floor)", got, ds)
 	}
 	is, err := a.Issued(ctx, key)
@@ -349,17 +350,18 @@ func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	for _, withOffset := range []bool{true, false} {
 		key := fmt.Sprint("lost-", withOffset)
-		lockKey, counter, offset := db.Prefix+"{"+key+"}", db.Prefix+"{"+key+"}:tok", db.Prefix+"{"+key+"}:tokd"
-		target := token.Token(time.Now().Add(time.Minute).UnixMicro()) // a mark above the clock
+		lockKey, counter := db.Prefix+"{"+key+"}", db.Prefix+"{"+key+"}:tok" // counter: "c:d" after the heal
+		target := token.Token(time.Now().Add(time.Minute).UnixMicro())       // a mark above the clock
 		if _, err := l.Heal(ctx, key, target); err != nil {
 			t.Fatal(err)
 		}
 		if !withOffset {
-			c.Del(ctx, offset)
+			v, _, _ := strings.Cut(c.Get(ctx, counter).Val(), ":")
+			c.Set(ctx, counter, v, time.Hour)
 		}
 		// What the replica has: the state after the heal.
 		snap := map[string]string{}
-		for _, k := range []string{counter, offset} {
+		for _, k := range []string{counter} {
 			if v, err := c.Get(ctx, k).Result(); err == nil {
 				snap[k] = v
 			}
@@ -373,7 +375,7 @@ func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The failover loses A's grant.
-		c.Del(ctx, lockKey, counter, offset)
+		c.Del(ctx, lockKey, counter)
 		for k, v := range snap {
 			c.Set(ctx, k, v, time.Hour)
 		}
