@@ -19,7 +19,10 @@
 // the new child's Czxid, and the key's number of children; so an
 // uncontended acquire takes one round trip and its release one more, where
 // zk.Lock takes three. A waiter whose predecessor held the lock takes it
-// from the deletion event alone, with no further read.
+// from the deletion event alone, with no further read; one whose
+// predecessor was still waiting when it listed the queue lists it once
+// more, a round trip, as zk.Lock does after every deletion. Queueing costs
+// the create, one listing and the predecessor's watch, as zk.Lock's does.
 //
 // Every try has a random part in its znode's name. When the reply to a
 // create is lost (the connection broke), the acquire looks for its znode by
@@ -72,9 +75,15 @@
 // the queue again, finds its session expired and queues anew, behind
 // whoever took the lock meanwhile. Every other path grants on a reply
 // that showed its znode first — the create's (the only child) or a
-// listing's — in an unbroken connection, dated from that request's send
-// time. The listing follows a sync, so it is never a cut-off member's stale
-// copy (see "Ensembles").
+// listing's — in an unbroken connection. A listing made while the session
+// passes that last test (the create just answered, or another request of
+// the session) is the member's alone, a round trip, and proves the grant
+// as the event does: a member's copy is a prefix of what the leader
+// committed and has the waiter's create, so a znode ahead missing from it
+// is deleted, and nothing queues ahead since; the lease is dated from the
+// session's request, as on the event. Otherwise the listing follows a
+// sync, so it is never a cut-off member's stale copy (see "Ensembles"),
+// and the lease is dated from its send time.
 //
 // # Fence
 //
@@ -189,10 +198,12 @@
 // expired their sessions and granted their locks to others. So nothing
 // that grants or renews rests on a read the member answers alone: a grant
 // comes from the create (a write: the leader checks the session and orders
-// it) or from a listing made after a sync (which the member passes to the
+// it), from a listing made after a sync (which the member passes to the
 // leader, and answers only after applying everything the leader committed
-// before it, a session's closing included), and [Lease.Renew] syncs before
-// its Exists. (A sync is no quorum operation: a leader cut off from the
+// before it, a session's closing included), or from a deletion event or a
+// listing the member answered alone, dated from a write or sync of the
+// session sent at most TTL/8 before (see "Hand-over"), and [Lease.Renew]
+// syncs before its Exists. (A sync is no quorum operation: a leader cut off from the
 // others answers it alone. But that leader steps down, dropping its
 // clients, after syncLimit ticks without a quorum; the others start
 // electing only after syncLimit ticks too, and their new leader expires
