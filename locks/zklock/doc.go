@@ -19,9 +19,11 @@
 // the new child's Czxid, and the key's number of children; so an
 // uncontended acquire takes one round trip and its release one more, where
 // zk.Lock takes three. A waiter whose predecessor held the lock takes it
-// from the deletion event alone, with no further read; one whose
+// from the deletion event alone, with no further read (a sync when it
+// waited longer than an eighth of its TTL); one whose
 // predecessor was still waiting when it listed the queue lists it once
-// more, a round trip, as zk.Lock does after every deletion. Queueing costs
+// more, a round trip, as zk.Lock does after every deletion (a sync and
+// the listing after a longer wait). Queueing costs
 // the create, one listing and the predecessor's watch, as zk.Lock's does.
 //
 // Every try has a random part in its znode's name. When the reply to a
@@ -69,11 +71,15 @@
 // after it: see "Ensembles") sent at most TTL/8 ago. ZooKeeper counts a session's timeout
 // (at least the TTL) from the last packet it received, so the session —
 // and with it the waiter's znode — is alive until at least that send time
-// plus the TTL, which becomes the lease's deadline. A waiter that was
+// plus the TTL, which becomes the lease's deadline. A waiter that fails
+// the last test (it waited longer) sends a sync, and takes the lock when
+// the sync is answered in the same epoch, dated from the sync's send time:
+// the event proves the turn, the sync the session. A waiter that was
 // frozen (a pause, SIGSTOP, a stalled connection) while the event waited
-// for it fails the last test, however long its session seems up: it lists
-// the queue again, finds its session expired and queues anew, behind
-// whoever took the lock meanwhile. Every other path grants on a reply
+// for it gets no answer to that sync, however long its session seems up
+// (the session is gone at the leader, which drops the connection): it
+// lists the queue again, finds its session expired and queues anew,
+// behind whoever took the lock meanwhile. Every other path grants on a reply
 // that showed its znode first — the create's (the only child) or a
 // listing's — in an unbroken connection. A listing made while the session
 // passes that last test (the create just answered, or another request of

@@ -156,3 +156,60 @@ func TestHandOffRoundTrips(t *testing.T) {
 		t.Errorf("W2's lease is not held: %v", err)
 	}
 }
+
+// A waiter behind the holder that waited longer than TTL/8 (so no request
+// of its session through the leader is recent enough to date a lease by)
+// takes the lock from the deletion event and one sync, which dates the
+// lease: no listing.
+func TestHandOffAfterLongWait(t *testing.T) {
+	srv := servers.NewZooKeeper(t) // its own: the watch count below is ours alone
+	addrs := []string{srv.Addr()}
+	const prefix, key, ttl = "/locks", "k", time.Second
+	c := inspect(t, addrs)
+	ctx := ctxFor(t, time.Minute)
+	h, err := newLocker(t, addrs, prefix).Acquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	l, err := zklock.New(addrs, zklock.Options{Prefix: prefix, Logger: quiet{}, Dialer: r.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	type result struct {
+		lease locks.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, ttl)
+		got <- result{lease, err}
+	}()
+	eventually(t, 20*time.Second, "the waiter queued and watching", func() bool {
+		return len(children(t, c, prefix, key)) == 2 && watchCount(t, srv.Addr()) >= 1
+	})
+	time.Sleep(3 * ttl / 8) // past TTL/8 since the waiter's create
+	r.take()
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	defer w.lease.Release(context.Background())
+	if ops, want := r.take(), []string{"sync"}; !slices.Equal(ops, want) {
+		t.Errorf("the waiter, woken by the holder's deletion, sent %v before holding; want %v", ops, want)
+	}
+	if d := w.lease.Deadline(); !d.After(released.Add(ttl)) {
+		t.Errorf("deadline %v is not dated after the release (%v) plus the TTL", d, released)
+	}
+	if w.lease.Token() <= h.Token() {
+		t.Errorf("token %d is not above the holder's %d", w.lease.Token(), h.Token())
+	}
+	if err := w.lease.Renew(ctx); err != nil {
+		t.Errorf("the waiter's lease is not held: %v", err)
+	}
+}

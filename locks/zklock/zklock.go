@@ -705,6 +705,16 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 				if lease := a.grantFresh(n, v.epoch); lease != nil {
 					return lease, nil
 				}
+				// It waited longer than that: a sync through the leader,
+				// answered in this epoch, dates it anew — the event
+				// proves the turn, the listing would add nothing. A
+				// waiter frozen while its session expired gets no answer
+				// (the session is gone at the leader) and lists again.
+				if _, err := run(s, func(c *zk.Conn) (string, error) { return c.Sync(a.dir) }); err == nil {
+					if lease := a.grantFresh(n, v.epoch); lease != nil {
+						return lease, nil
+					}
+				}
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
