@@ -6,6 +6,7 @@ package zklockbench_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -69,7 +70,11 @@ func withCancel(acquire lockbench.Acquirer) lockbench.Acquirer {
 }
 
 func benchConn(b *testing.B, addr string, timeout time.Duration) *zk.Conn {
-	c, events, err := zk.Connect([]string{addr}, timeout, zk.WithLogger(quiet{}))
+	return benchConnVia(b, addr, timeout, net.DialTimeout)
+}
+
+func benchConnVia(b *testing.B, addr string, timeout time.Duration, dial zk.Dialer) *zk.Conn {
+	c, events, err := zk.Connect([]string{addr}, timeout, zk.WithLogger(quiet{}), zk.WithDialer(dial))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,10 @@ package zklockbench_test
 
 import (
 	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
 	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -38,8 +43,13 @@ func manyPeers(b *testing.B, db *servers.ZK, sub string, fg, peer work) []lockbe
 	const ttl = 10 * time.Second
 	fgPeer := lockbench.KeyPeer{Name: "fenceguard"}
 	lockPeer := lockbench.KeyPeer{Name: "zk.Lock"}
+	fgReq, lockReq := meter(sub+fgPeer.Name), meter(sub+lockPeer.Name)
 	for range manySessions {
-		l := newLocker(b, db.Addrs, db.Chroot+"/"+sub+"fg")
+		l, err := zklock.New(db.Addrs, zklock.Options{Prefix: db.Chroot + "/" + sub + "fg", Logger: quiet{}, Dialer: fgReq.dial})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
 		if lease, err := l.TryAcquire(context.Background(), "warm", ttl); err != nil { // open the session now
 			b.Fatal(err)
 		} else {
@@ -50,14 +60,16 @@ func manyPeers(b *testing.B, db *servers.ZK, sub string, fg, peer work) []lockbe
 			if err != nil {
 				return nil, nil, err
 			}
+			fgReq.cycles.Add(1)
 			return then(fg, key, lease.Token()), func() { _ = lease.Release(ctx) }, nil
 		})
-		c := benchConn(b, db.Addrs[0], ttl)
+		c := benchConnVia(b, db.Addrs[0], ttl, lockReq.dial)
 		lockPeer.Acquirers = append(lockPeer.Acquirers, func(ctx context.Context, key int) (func(context.Context) error, func(), error) {
 			m := zk.NewLock(c, db.Chroot+"/"+sub+"zk/"+lockbench.KeyName(key), zk.WorldACL(zk.PermAll))
 			if err := m.Lock(); err != nil {
 				return nil, nil, err
 			}
+			lockReq.cycles.Add(1)
 			return then(peer, key, 0), func() { _ = m.Unlock() }, nil
 		})
 	}
@@ -92,7 +104,9 @@ func BenchmarkManyKeysPG(b *testing.B) {
 		}}}
 	peers = append(peers, unfenced, ceiling)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
-		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db), pgPID) })
+		b.Run(d.Name, func(b *testing.B) {
+			countRequests(b, func() { lockbench.CompareManyKeys(b, peers, d, pid(db), pgPID) })
+		})
 	}
 }
 
@@ -139,6 +153,70 @@ func BenchmarkManyKeysLock(b *testing.B) {
 	}
 	peers = append(peers, set, pair)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
-		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
+		b.Run(d.Name, func(b *testing.B) {
+			countRequests(b, func() { lockbench.CompareManyKeys(b, peers, d, pid(db)) })
+		})
 	}
+}
+
+// requests counts what a peer's connections send — one packet a Write in
+// go-zookeeper, pings left out — and the locks it took, warm-up included:
+// requests per cycle, the server's work and the client's round trips.
+type requests struct {
+	sent, cycles atomic.Int64
+}
+
+// meters are the requests of manyPeers' peers, by sub-prefix and name;
+// written only while peers are made, before any of them runs.
+var meters = map[string]*requests{}
+
+func meter(name string) *requests {
+	if meters[name] == nil {
+		meters[name] = &requests{}
+	}
+	return meters[name]
+}
+
+// countRequests runs bench and reports every peer's requests per cycle
+// during it (warm-up included).
+func countRequests(b *testing.B, bench func()) {
+	type count struct{ sent, cycles int64 }
+	before := map[string]count{}
+	for name, r := range meters {
+		before[name] = count{r.sent.Load(), r.cycles.Load()}
+	}
+	bench()
+	for name, r := range meters {
+		sent, cycles := r.sent.Load()-before[name].sent, r.cycles.Load()-before[name].cycles
+		if cycles == 0 {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(name, "u-"); ok {
+			name = rest + "-unfenced"
+		}
+		b.ReportMetric(float64(sent)/float64(cycles), name+"-requests/cycle")
+	}
+}
+
+func (r *requests) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, r: r}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	r         *requests
+	handshook bool // the first write is the connect request
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	if !c.handshook {
+		c.handshook = true
+	} else if len(p) >= 8 && int32(binary.BigEndian.Uint32(p[4:8])) != -2 { // xid -2: a ping
+		c.r.sent.Add(1)
+	}
+	return c.Conn.Write(p)
 }

@@ -19,7 +19,12 @@
 // the new child's Czxid, and the key's number of children; so an
 // uncontended acquire takes one round trip and its release one more, where
 // zk.Lock takes three. A waiter whose predecessor held the lock takes it
-// from the deletion event alone, with no further read.
+// from the deletion event alone, with no further read (a sync when it
+// waited longer than an eighth of its TTL); one whose
+// predecessor was still waiting when it listed the queue lists it once
+// more, a round trip, as zk.Lock does after every deletion (a sync and
+// the listing after a longer wait). Queueing costs
+// the create, one listing and the predecessor's watch, as zk.Lock's does.
 //
 // Every try has a random part in its znode's name. When the reply to a
 // create is lost (the connection broke), the acquire looks for its znode by
@@ -66,15 +71,25 @@
 // after it: see "Ensembles") sent at most TTL/8 ago. ZooKeeper counts a session's timeout
 // (at least the TTL) from the last packet it received, so the session —
 // and with it the waiter's znode — is alive until at least that send time
-// plus the TTL, which becomes the lease's deadline. A waiter that was
+// plus the TTL, which becomes the lease's deadline. A waiter that fails
+// the last test (it waited longer) sends a sync, and takes the lock when
+// the sync is answered in the same epoch, dated from the sync's send time:
+// the event proves the turn, the sync the session. A waiter that was
 // frozen (a pause, SIGSTOP, a stalled connection) while the event waited
-// for it fails the last test, however long its session seems up: it lists
-// the queue again, finds its session expired and queues anew, behind
-// whoever took the lock meanwhile. Every other path grants on a reply
+// for it gets no answer to that sync, however long its session seems up
+// (the session is gone at the leader, which drops the connection): it
+// lists the queue again, finds its session expired and queues anew,
+// behind whoever took the lock meanwhile. Every other path grants on a reply
 // that showed its znode first — the create's (the only child) or a
-// listing's — in an unbroken connection, dated from that request's send
-// time. The listing follows a sync, so it is never a cut-off member's stale
-// copy (see "Ensembles").
+// listing's — in an unbroken connection. A listing made while the session
+// passes that last test (the create just answered, or another request of
+// the session) is the member's alone, a round trip, and proves the grant
+// as the event does: a member's copy is a prefix of what the leader
+// committed and has the waiter's create, so a znode ahead missing from it
+// is deleted, and nothing queues ahead since; the lease is dated from the
+// session's request, as on the event. Otherwise the listing follows a
+// sync, so it is never a cut-off member's stale copy (see "Ensembles"),
+// and the lease is dated from its send time.
 //
 // # Fence
 //
@@ -189,10 +204,12 @@
 // expired their sessions and granted their locks to others. So nothing
 // that grants or renews rests on a read the member answers alone: a grant
 // comes from the create (a write: the leader checks the session and orders
-// it) or from a listing made after a sync (which the member passes to the
+// it), from a listing made after a sync (which the member passes to the
 // leader, and answers only after applying everything the leader committed
-// before it, a session's closing included), and [Lease.Renew] syncs before
-// its Exists. (A sync is no quorum operation: a leader cut off from the
+// before it, a session's closing included), or from a deletion event or a
+// listing the member answered alone, dated from a write or sync of the
+// session sent at most TTL/8 before (see "Hand-over"), and [Lease.Renew]
+// syncs before its Exists. (A sync is no quorum operation: a leader cut off from the
 // others answers it alone. But that leader steps down, dropping its
 // clients, after syncLimit ticks without a quorum; the others start
 // electing only after syncLimit ticks too, and their new leader expires

@@ -64,14 +64,22 @@ func (a *attempt) grant(n node, from time.Time, e uint64) *Lease {
 // session's timeout from the last packet it received, so the session lives
 // at least until then plus its timeout, which is no less than the TTL.
 func (a *attempt) grantFresh(n node, e uint64) *Lease {
+	from, ok := a.fresh(e)
+	if !ok {
+		return nil
+	}
+	return a.grant(n, from, e)
+}
+
+// fresh returns the send time of the latest request the session answered
+// through the leader in epoch e, if that was at most TTL/8 ago: what
+// grantFresh dates a lease from.
+func (a *attempt) fresh(e uint64) (time.Time, bool) {
 	s := a.s
 	s.mu.Lock()
 	from, ok := s.lastGood, s.up && s.epoch == e && !s.lastGood.IsZero()
 	s.mu.Unlock()
-	if !ok || time.Since(from) > a.ttl/8 {
-		return nil
-	}
-	return a.grant(n, from, e)
+	return from, ok && time.Since(from) <= a.ttl/8
 }
 
 // Lease is a zklock grant: an ephemeral sequential znode that was first in

@@ -606,18 +606,32 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 		if n.owner != 0 && v.id != n.owner {
 			return nil, errVanished
 		}
+		// While the session answered a request through the leader at
+		// most TTL/8 ago (the create just now, or another grant's), the
+		// listing is the member's alone, one round trip, and a grant on
+		// it is dated from that request, as on a deletion event
+		// (grantFresh). Else the sync first, through the leader: a
+		// listing that shows the znode first then grants the lock,
+		// dated from sent, which must not rest on a copy of a member
+		// cut off from the leader (the leader may have expired the
+		// session since). Either listing is a state at least as new as
+		// the create (read your writes; after a reconnect, the server
+		// refuses a client that saw newer zxids than it has), so a
+		// znode missing from it is gone.
+		_, fresh := a.fresh(v.epoch)
 		sent := time.Now()
-		children, err := run(s, func(c *zk.Conn) ([]string, error) {
-			// The sync first, through the leader: a listing that shows
-			// the znode first grants the lock, dated from sent, which
-			// must not rest on a copy of a member cut off from the
-			// leader (the leader may have expired the session since).
-			if _, err := c.Sync(a.dir); err != nil {
-				return nil, err
-			}
-			ch, _, err := c.Children(a.dir)
-			return ch, err
-		})
+		var children []string
+		if !fresh {
+			children, err = run(s, func(c *zk.Conn) ([]string, error) {
+				if _, err := c.Sync(a.dir); err != nil {
+					return nil, err
+				}
+				ch, _, err := c.Children(a.dir)
+				return ch, err
+			})
+		} else {
+			children, _, err = s.conn.Children(a.dir) // not through run: see GetW below
+		}
 		if transient(err) {
 			a.pause(ctx, v)
 			continue
@@ -654,10 +668,16 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 			continue // and check it against the session now up
 		}
 		if pred == "" {
-			if lease := a.grant(n, sent, v.epoch); lease != nil {
+			var lease *Lease
+			if !fresh {
+				lease = a.grant(n, sent, v.epoch)
+			} else {
+				lease = a.grantFresh(n, v.epoch)
+			}
+			if lease != nil {
 				return lease, nil
 			}
-			continue
+			continue // the epoch ended, or the session is no longer fresh: sync
 		}
 		if !a.wait {
 			return nil, locks.ErrNotObtained
@@ -684,6 +704,16 @@ func (a *attempt) queue(ctx context.Context, n node) (*Lease, error) {
 				// read, if the session is fresh enough to date the lease.
 				if lease := a.grantFresh(n, v.epoch); lease != nil {
 					return lease, nil
+				}
+				// It waited longer than that: a sync through the leader,
+				// answered in this epoch, dates it anew — the event
+				// proves the turn, the listing would add nothing. A
+				// waiter frozen while its session expired gets no answer
+				// (the session is gone at the leader) and lists again.
+				if _, err := run(s, func(c *zk.Conn) (string, error) { return c.Sync(a.dir) }); err == nil {
+					if lease := a.grantFresh(n, v.epoch); lease != nil {
+						return lease, nil
+					}
 				}
 			}
 		case <-ctx.Done():
