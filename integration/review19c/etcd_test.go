@@ -459,3 +459,60 @@ func TestHeldContentionTokensIncreaseFIFO(t *testing.T) {
 	// revisions) is exactly what strictly increasing grant order says.
 	t.Logf("%d grants, tokens %d..%d", len(order), order[0], order[len(order)-1])
 }
+
+// TestHeldRevokedWhileHeldLostFires: a grant on a reused lease whose
+// lease is revoked server-side while held is reported lost (Lost closes,
+// Renew fails with ErrNotHeld), the next grant's token is higher, and a
+// fence that admitted the newer token refuses the older one.
+func TestHeldRevokedWhileHeldLostFires(t *testing.T) {
+	db := servers.Etcd(t)
+	c := etcdClient(t, db)
+	ctx := ctxFor(t, 20*time.Second)
+	l := etcdLocker(t, c, db, etcdlock.Options{})
+	l2 := etcdLocker(t, c, db, etcdlock.Options{})
+	warm, err := l.Acquire(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	a, err := l.Acquire(ctx, "k", 3*time.Second) // on the reused lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea := asEtcd(t, a)
+	lost := ea.Lost()
+	if _, err := c.Revoke(ctx, ea.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Lost did not fire after the lease was revoked")
+	}
+	if err := a.Renew(ctx); !errors.Is(err, locks.ErrNotHeld) {
+		t.Fatalf("renew after loss: %v", err)
+	}
+	b, err := l2.Acquire(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("token %d after %d", b.Token(), a.Token())
+	}
+	f := &token.MemoryFence{Check: token.NoCheck()}
+	if err := f.Claim(ctx, "r", b.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Claim(ctx, "r", a.Token()); !errors.Is(err, token.ErrStale) {
+		t.Fatalf("fence admitted the older token after the newer: %v", err)
+	}
+	_ = b.Release(ctx)
+	// The lost grant's lease is not pooled again: the next acquire on l
+	// is live.
+	n, err := l.Acquire(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLive(t, ctx, c, asEtcd(t, n))
+	_ = n.Release(ctx)
+}
