@@ -516,3 +516,50 @@ func TestHeldRevokedWhileHeldLostFires(t *testing.T) {
 	checkLive(t, ctx, c, asEtcd(t, n))
 	_ = n.Release(ctx)
 }
+
+// TestHeldServerPausedWhilePooled: the etcd server frozen (SIGSTOP) with
+// leases pooled, for 0.5, 1.5 and 2.6 s of a 3 s TTL — around the 2/3
+// and 1/4 thresholds — while holders and idle refreshes are due; after it
+// resumes every grant's lease is live on the server for at least its local
+// deadline, its key is there and Lost stays open, and tokens increase.
+func TestHeldServerPausedWhilePooled(t *testing.T) {
+	srv := servers.NewEtcd(t)
+	db := &servers.EtcdDB{Endpoints: []string{srv.Addr()}, Prefix: "/p/"}
+	c := etcdClient(t, db)
+	ctx := ctxFor(t, 40*time.Second)
+	l := etcdLocker(t, c, db, etcdlock.Options{})
+	const ttl = 3 * time.Second
+	var last token.Token
+	for _, pause := range []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 2600 * time.Millisecond} {
+		var ls []locks.Lease
+		for i := range 3 {
+			x, err := l.Acquire(ctx, fmt.Sprint("k", i), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, x)
+		}
+		for _, x := range ls {
+			_ = x.Release(ctx)
+		}
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			x, err := l.Acquire(ctx, "k0", ttl)
+			if err != nil {
+				t.Fatalf("pause %v: %v", pause, err)
+			}
+			if x.Token() <= last {
+				t.Fatalf("token %d after %d", x.Token(), last)
+			}
+			last = x.Token()
+			checkLive(t, ctx, c, asEtcd(t, x))
+			_ = x.Release(ctx)
+		}
+	}
+}
