@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,7 +210,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 		if got, err := ra.Heal(ctx, key, start); err != nil || got != start {
 			t.Fatalf("redislock: Heal(2^53−3) = %d, %v", got, err)
 		}
-		d := edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+key+"}:tokd", start, before)
+		d := edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+key+"}:tok", start, before)
 		var toks []token.Token
 		g := newEdgeGrants("redislock/"+key, false)
 		queue := db.Prefix + "lock:{" + key + "}:q"
@@ -264,7 +265,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 		if _, err := ra.Heal(ctx, top, topTarget); err != nil {
 			t.Fatalf("redislock: Heal(2^63−3 − 1s): %v", err)
 		}
-		d = edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+top+"}:tokd", topTarget, before)
+		d = edgeOffset(ctx, t, rc, db.Prefix+"lock:{"+top+"}:tok", topTarget, before)
 		toks = toks[:0]
 		gt := newEdgeGrants("redislock/"+top, false)
 		for i := range 2 {
@@ -403,11 +404,13 @@ func edgeServerMicros(ctx context.Context, t *testing.T, c *redis.Client) token.
 	return token.Token(tm.UnixMicro())
 }
 
-// edgeOffset reads redislock's heal offset for a key healed to target at
-// a server time after before: target − the clock at the heal.
+// edgeOffset reads redislock's heal offset, in the counter's key
+// ("counter:offset"), for a key healed to target at a server time after
+// before: target − the clock at the heal.
 func edgeOffset(ctx context.Context, t *testing.T, c *redis.Client, key string, target, before token.Token) token.Token {
 	t.Helper()
-	d := edgeParse(t, c.Get(ctx, key).Val())
+	_, ds, _ := strings.Cut(c.Get(ctx, key).Val(), ":")
+	d := edgeParse(t, ds)
 	if d == 0 || d >= target || target-d < before {
 		t.Fatalf("redislock: heal offset %d for target %d healed after server time %d", d, target, before)
 	}

@@ -138,14 +138,16 @@ func TestDefectIssuedBelowHealedTokenAfterCounterIdle(t *testing.T) {
 	}
 }
 
-// TestDefectHealMaxHealLeavesNoToken: MaxHeal's doc says it is "one below
+// TestDefectHealMaxHealLeavesNoToken: MaxHeal's doc said it is "one below
 // the ceiling, so the grant after a heal still has a token". But Heal
 // raises the offset to the target's lead over the clock, so a µs or two
 // later the floor is past the ceiling and the next grant is refused with a
 // RangeError: a heal to MaxHeal (or anywhere within a moment of it) wedges
 // the key for every acquire, with nothing that lowers it (Heal only
 // raises). Severity: low (a documented limit stated wrongly; the heal doc
-// does say "tokens for about MaxInt64 − v µs").
+// does say "tokens for about MaxInt64 − v µs"). Fixed in the doc, which
+// now says what happens (as redislock's does); the test checks that: a
+// RangeError, nothing held.
 func TestDefectHealMaxHealLeavesNoToken(t *testing.T) {
 	r := newRL(t)
 	ctx := ctxFor(t, 10*time.Second)
@@ -153,14 +155,15 @@ func TestDefectHealMaxHealLeavesNoToken(t *testing.T) {
 	if err := l.Heal(ctx, "k", redlock.MaxHeal); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(time.Millisecond)
 	ls, err := l.TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatalf("the grant after Heal(MaxHeal) has no token: %v", err)
+	if err == nil {
+		_ = ls.Release(ctx)
+		t.Fatalf("a grant after Heal(MaxHeal), token %d; the doc says past the ceiling", ls.Token())
 	}
-	if ls.Token() != token.MaxInt64 {
-		t.Fatalf("token %d", ls.Token())
+	if !errors.Is(err, token.ErrRange) {
+		t.Fatalf("after Heal(MaxHeal): %v; want a RangeError", err)
 	}
-	_ = ls.Release(ctx)
 }
 
 // TestDefectOneNodeCeilingOffsetBlocksQuorum: one node of five holds a
@@ -173,6 +176,7 @@ func TestDefectHealMaxHealLeavesNoToken(t *testing.T) {
 // single node's corrupt key defeats Redlock's fault tolerance for that
 // key until CounterIdle (1h default) or a manual delete; it fails closed.
 func TestDefectOneNodeCeilingOffsetBlocksQuorum(t *testing.T) {
+	defect(t, "one node planted with an offset at the ceiling fails every grant closed (RangeError) until CounterIdle or a delete; not fixed")
 	r := newRL(t)
 	ctx := ctxFor(t, 10*time.Second)
 	l := r.locker(redlock.Options{})
@@ -378,6 +382,7 @@ func TestHeldRestartInIntersectionNoEqualTokens(t *testing.T) {
 // as the same holder. Severity: high for keys healed before the upgrade
 // (a fence cannot tell the holders apart), none for keys healed after it.
 func TestDefectLegacyHealedCounterRepeatsToken(t *testing.T) {
+	defect(t, "keys healed by a version before the clock offset keep a bare counter above the clock; heal them again after upgrading (package doc); not fixed")
 	r := newRL(t)
 	a, b := restartScenario(t, r, "legacy", func(ctx context.Context) {
 		c := strconv.FormatUint(uint64(r.now(ctx)+token.Token(time.Hour.Microseconds())), 10)

@@ -42,7 +42,8 @@
 // it its key, is then alive, and a key that is there with nothing older
 // ahead of it holds the lock. Otherwise it sends a keep-alive and reads its
 // key (one round trip); if the key is gone it queues again, behind whoever
-// holds the lock now, within the same Acquire (up to three fresh attempts
+// holds the lock now, within the same Acquire (up to three fresh attempts,
+// and one more per pooled lease found lapsed,
 // while ctx allows), and the grant it eventually returns has a larger
 // token than that holder's. Without the check such a waiter returned a
 // grant, with a token below the current holder's, while the other held

@@ -351,10 +351,13 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Start over when a reused lease had lapsed (every pooled lease may
+	// have: revoked, or a pause the monotonic clock did not count), or ours
+	// expired while waiting: up to three times, plus once per pooled lease.
 	for attempt := 0; ; attempt++ {
 		lease, err := l.join(ctx, key, ttl, wait)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt < 3 {
-			continue // a reused lease had lapsed, or ours expired while waiting: start over
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt < 3+max(l.o.IdleLeases, 0) {
+			continue
 		}
 		if err != nil {
 			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, ErrClosed) {

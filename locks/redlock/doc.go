@@ -106,6 +106,13 @@
 // not creep from grant to grant. Counter and offset live and idle out
 // together (CounterIdle).
 //
+// Keys healed by a version before the offset hold a bare counter above
+// the clock, read as offset 0: the repeat stays possible for them
+// (integration/review19c TestDefectLegacyHealedCounterRepeatsToken) until
+// they are healed again, which writes the offset — heal such keys after
+// upgrading every client (older versions read "c:d" as a malformed
+// counter and fail closed).
+//
 // The price: a lead, once carried, stays. A node whose clock jumped X
 // ahead and was set right again leaves the key's tokens X ahead of the
 // clocks for as long as its counters live (they idle out after

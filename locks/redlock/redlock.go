@@ -538,7 +538,8 @@ func (l *Locker) listen(ctx context.Context, channel, id string) (chan struct{},
 }
 
 // Issued returns an upper bound of every token granted for key: the largest
-// max(counter, clock in µs + offset) among a majority of nodes (every token was
+// max(counter, clock in µs + offset, the held grant's token) among a
+// majority of nodes (every token was
 // written back to a majority, and any two majorities share a node), read
 // and compared exactly. A presented token above it was never issued. For
 // refusing forged tokens prefer a [Sequencer]: its bound is the current
@@ -549,13 +550,18 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	var top token.Token
 	answered := 0
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter}).Slice()
+		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.lock}).Slice()
 		var floor token.Token
 		if err == nil {
-			if len(res) != 3 {
+			if len(res) != 4 {
 				err = fmt.Errorf("redlock: node %d: unexpected reply %v", i, res)
-			} else {
-				floor, err = readFloor(res)
+			} else if floor, err = readFloor(res[:3]); err == nil {
+				if s, _ := res[3].(string); s != "" {
+					var held token.Token
+					if held, err = parseCounter(s); err == nil {
+						floor = max(floor, held)
+					}
+				}
 			}
 		}
 		mu.Lock()
@@ -574,7 +580,11 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 }
 
 // MaxHeal is the largest target [Locker.Heal] accepts: one below the
-// ceiling, [token.MaxInt64], so the grant after a heal still has a token.
+// ceiling, [token.MaxInt64]. A key healed to v has tokens for about
+// (MaxInt64 − v) µs of clock (the heal's offset grows the floor with the
+// clock): healed to MaxHeal, the next grant, a µs or more later, is past
+// the ceiling and fails with a [*token.RangeError], as package redislock's
+// does. Heal a key only to the resources' marks, far below.
 const MaxHeal = token.MaxInt64 - 1
 
 // Heal raises key's counter to at least to on every node it reaches, so

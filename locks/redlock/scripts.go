@@ -168,13 +168,18 @@ return 1
 `)
 
 // issuedScript returns what the bound of the node's tokens is computed
-// from: {counter or "", now in µs, offset}.
+// from: {counter or "", now in µs, offset, the token in the lock's value
+// or ""} — the lock's token because a lease may outlive its counter
+// (CounterIdle, which Renew does not extend).
 //
-// KEYS: counter.
+// KEYS: counter, lock.
 var issuedScript = redis.NewScript(decimal + `
 local c, d = counter(KEYS[1])
 ` + timeNow + `
-return {c or '', nowstr, d}
+local v = redis.call('GET', KEYS[2])
+local tok = v and string.match(v, '|(%d+)$')
+if not tok or not valid(tok) then tok = '' end
+return {c or '', nowstr, d, tok}
 `)
 
 // currentScript returns what the node knows of the lock's current grant:
