@@ -28,7 +28,14 @@
 //     offset 0, and the heal hole (equal tokens for two live holders after
 //     a restart in the intersection) stays open.
 //
-// Tests of findings not fixed yet are to be gated with defect() and the
-// -review19c.defects flag (go test ./review19c -args -review19c.defects)
-// when merged.
+// Status: fixed, run by default — TestDefectRevokedPooledLeasesFailAcquire
+// (acquire starts over once more per pooled lease found lapsed),
+// TestDefectIssuedBelowHealedTokenAfterCounterIdle (Issued reads the held
+// grant's token too), TestDefectHealMaxHealLeavesNoToken (the doc now says
+// what happens; the test checks the RangeError). Not fixed, skipped unless
+// -review19c.defects is given (go test ./review19c -args
+// -review19c.defects): TestDefectOneNodeCeilingOffsetBlocksQuorum (a
+// planted value; fails closed) and TestDefectLegacyHealedCounterRepeatsToken
+// (keys healed before the offset existed: the package doc says to heal
+// them again after upgrading).
 package review19c
