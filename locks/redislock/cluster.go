@@ -81,7 +81,7 @@ const (
 // TRYAGAIN is Redis refusing a command whose keys are not all on one node
 // while their slot migrates; go-redis retries it, and follows the source's
 // ASK, only ClusterOptions.MaxRedirects times (3 by default), a few
-// milliseconds. The lock's scripts name five keys, of which the queue and
+// milliseconds. The lock's scripts name four keys, of which the queue and
 // its deadlines exist only while someone waits, so nearly every acquire
 // and release of a lock in a migrating slot gets it, for as long as the
 // migration lasts. Redis refuses before it runs the script, so running it

@@ -256,7 +256,7 @@
 // Failover and resharding. A Locker's scripts follow MOVED and ASK the
 // way go-redis does (ClusterOptions.MaxRedirects, 3 by default). While a
 // lock's slot migrates, Redis serves a script only where all of its keys
-// are (else TRYAGAIN), and the lock's scripts name five keys, of which the
+// are (else TRYAGAIN), and the lock's scripts name four keys, of which the
 // queue and its deadlines exist only while someone waits: with nobody
 // queued, an acquire or release of a lock in a migrating slot is refused
 // for as long as the migration lasts, far longer than go-redis's few
