@@ -1,7 +1,9 @@
 package redislock
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -51,4 +53,15 @@ func scriptErr(err error) error {
 		val = val[:i]
 	}
 	return &CounterError{Key: key, Value: val}
+}
+
+// withCtx adds ctx's error to err when ctx has ended and err does not say
+// so already: go-redis reports a call cut short by its context's deadline
+// as the socket's i/o timeout, which errors.Is(err,
+// context.DeadlineExceeded) would not match.
+func withCtx(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && err != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
 }

@@ -439,7 +439,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 	}
 	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), ms(l.o.CounterIdle)).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: heal %q: %w", key, scriptErr(err))
+		return 0, fmt.Errorf("redislock: heal %q: %w", key, withCtx(ctx, scriptErr(err)))
 	}
 	return token.Parse(s)
 }
@@ -463,7 +463,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	}
 	s, err := issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: issued %q: %w", key, scriptErr(err))
+		return 0, fmt.Errorf("redislock: issued %q: %w", key, withCtx(ctx, scriptErr(err)))
 	}
 	return token.Parse(s)
 }
@@ -521,7 +521,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	sent := time.Now()
 	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.ttl)).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: renew %q: %w", s.key, err)
+		return fmt.Errorf("redislock: renew %q: %w", s.key, withCtx(ctx, err))
 	}
 	if n != 1 {
 		return locks.NotHeldError("renew", s.key, s.tok)
@@ -548,7 +548,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: release %q: %w", s.key, scriptErr(err))
+		return fmt.Errorf("redislock: release %q: %w", s.key, withCtx(ctx, scriptErr(err)))
 	}
 	if n != 1 {
 		return locks.NotHeldError("release", s.key, s.tok)

@@ -139,7 +139,7 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 		if strings.HasPrefix(err.Error(), "READONLY ") {
 			return 0, fmt.Errorf("redislock: current %q: %w: %w", key, ErrReplica, err)
 		}
-		return 0, fmt.Errorf("redislock: current %q: %w", key, scriptErr(err))
+		return 0, fmt.Errorf("redislock: current %q: %w", key, withCtx(ctx, scriptErr(err)))
 	}
 	t, err := token.Parse(s)
 	if err != nil {
