@@ -709,3 +709,56 @@ func TestDefectBareCounterAboveClockRepeatsAcrossFailover(t *testing.T) {
 		t.Errorf("after the failover the new holder got %d, the lost grant was %d: the fence admits both holders (old holder's claim: %v)", s2.Token(), lost, err)
 	}
 }
+
+// TestHeldHandOverKeepsOffset: releases that hand a healed key's lock to a
+// queued waiter mint max(c+1, now+d) and keep the offset in the stored
+// value; the waiter's token is above the releaser's and the stored one.
+func TestHeldHandOverKeepsOffset(t *testing.T) {
+	e := newEnv(t, redislock.Options{})
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := e.l.Heal(ctx, "hk", token.Token(nowUS(t, e.c)+1e12)); err != nil {
+		t.Fatal(err)
+	}
+	l2 := locker(t, e.c, e.prefix, redislock.Options{})
+	s := tryAcq(t, e.l, "hk")
+	for i := 0; i < 5; i++ {
+		got := make(chan locks.Lease, 1)
+		go func() {
+			w, err := l2.Acquire(ctx, "hk", 10*time.Second)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- w
+		}()
+		for {
+			if n, _ := e.c.ZCard(ctx, e.lockKey("hk")+":q").Result(); n > 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_, d0 := parse(t, mustRaw(t, e, "hk"))
+		release(t, s)
+		w := <-got
+		if w == nil {
+			t.FailNow()
+		}
+		v := mustRaw(t, e, "hk")
+		c1, d1 := parse(t, v)
+		if w.Token() <= s.Token() || uint64(w.Token()) != c1 || d1 < d0 || d0 == 0 {
+			t.Errorf("hand-over: %d after %d, stored %q (offset was %d)", w.Token(), s.Token(), v, d0)
+		}
+		// the next holder hands back.
+		s = w
+		e.l, l2 = l2, e.l
+	}
+	release(t, s)
+}
+
+func mustRaw(t *testing.T, e *env, k string) string {
+	t.Helper()
+	v, ok := e.raw(k)
+	if !ok {
+		t.Fatalf("counter of %q gone", k)
+	}
+	return v
+}
