@@ -17,4 +17,11 @@
 //     healed by a pre-offset version and not healed again): a bare "c"
 //     above the clock mints c+1; a failover that loses that grant (and the
 //     offset it raised) mints c+1 again, an equal token for a second holder.
+//
+// Status: the first is fixed in CounterError's doc (a Release frees the
+// lock and succeeds; the waiters get the error), and its test checks
+// that. The second is documented (package doc: heal keys healed by a
+// version before the offset again after upgrading) and skipped unless
+// -review19d.defects is given (go test ./review19d -args
+// -review19d.defects).
 package review19d

@@ -7,7 +7,7 @@ import (
 	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
-var defects = flag.Bool("review19d.defects", false, "run the tests of review 19c's findings that are not fixed yet")
+var defects = flag.Bool("review19d.defects", false, "run the tests of review 19d's findings that are not fixed yet")
 
 // defect skips a test of a finding not fixed yet unless -review19d.defects
 // is given.

@@ -306,8 +306,11 @@ func TestDefectReleaseHandOverMalformedCounterNotTyped(t *testing.T) {
 	if n, _ := e.c.Exists(context.Background(), e.lockKey("rel")).Result(); n != 0 {
 		t.Errorf("lock still set after the failed hand-over")
 	}
-	if !isCounterErr(err) {
-		t.Errorf("Release with a waiter queued and a malformed counter: %v, want a *CounterError (CounterError's doc)", err)
+	// Fixed in the doc: a release frees the lock whatever the counter
+	// holds and reports that it did; the waiters it wakes get the
+	// CounterError (checked above).
+	if err != nil {
+		t.Errorf("Release with a waiter queued and a malformed counter: %v, want nil (the lock is freed)", err)
 	}
 }
 
@@ -672,6 +675,7 @@ func TestHeldFailoverLosesHealedGrant(t *testing.T) {
 // the old :tokd key. (With a stepped-back clock it is the documented
 // exception.)
 func TestDefectBareCounterAboveClockRepeatsAcrossFailover(t *testing.T) {
+	defect(t, "a bare counter above the clock (a key healed by a version before the offset) repeats its first grant's token across a failover that loses it; the package doc says to heal such keys again after upgrading")
 	m := servers.NewRedis(t)
 	r := servers.NewRedisReplica(t, m)
 	cm, cr := client(t, m.Addr()), client(t, r.Replica.Addr())

@@ -93,13 +93,20 @@
 // lost one. A token that still comes from counter + 1 (several grants in
 // one µs, a clock stepped back, a counter raised by an older version of
 // this package) raises d to token − now, so the next floor is above it
-// again. If the heal itself is lost (a failover right after it), tokens
+// again (that grant itself, if a failover loses it, can still be minted
+// again: see the versions below). If the heal itself is lost (a failover right after it), tokens
 // fall back below the healed value and the resource refuses them as stale
 // (safe); the holder heals again. Lockers of versions before the offset
 // read "counter:d" as a malformed counter and fail (closed: they grant
 // nothing) — upgrade every client of a lock together. An offset stored by
 // the version that kept it in a key of its own (<prefix>{<key>}:tokd) is
-// not read: heal such keys again after upgrading.
+// not read, and a key healed by a version before the offset holds a bare
+// counter above the clock: its first grant here is counter + 1 (the offset
+// is written with it), and a failover that loses that grant mints it again
+// (integration/review19d TestDefectBareCounterAboveClockRepeatsAcrossFailover)
+// — heal such keys again after upgrading, before relying on them across
+// failovers: the heal writes the offset (a heal lost with a failover makes
+// tokens fall back below the mark, which resources refuse as stale).
 //
 // The lock itself is only as good as Redis's: a failover to a lagging
 // replica can lose the lock key and grant it twice. That is what fencing is

@@ -15,9 +15,10 @@ import (
 // package did not write: not "token" or "token:offset" with both canonical
 // decimal numbers in 1..[MaxToken] (someone else wrote the key). Every
 // call that reads the counter fails with it — Acquire, TryAcquire, Heal,
-// Issued, Current, a release that would hand the lock over — and nothing
-// is granted, until an operator deletes the key (its tokens then come from
-// the clock; heal it to the resources' marks). It unwraps to
+// Issued, Current — and nothing is granted, until an operator deletes the
+// key (its tokens then come from the clock; heal it to the resources'
+// marks). A Release that would hand the lock over frees it instead and
+// succeeds; the waiters it wakes fail with the CounterError. It unwraps to
 // [token.ErrInvalid]: retrying does not help.
 type CounterError struct {
 	Key   string // the counter's Redis key
