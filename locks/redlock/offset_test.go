@@ -144,3 +144,56 @@ func TestMalformedOffset(t *testing.T) {
 		}
 	}
 }
+
+// A lease renewed past CounterIdle keeps its key's counter on the nodes:
+// after a heal above the clock, the grant that follows it is minted above
+// it. Control: the same lease not renewed (its TTL covers the wait) loses
+// the counters with their idle expiry, and the next grant falls back to the
+// bare clock, below the healed token — refused as stale by a fence (fails
+// closed) until healed again.
+func TestRenewKeepsCounter(t *testing.T) {
+	for _, renew := range []bool{true, false} {
+		t.Run(fmt.Sprint("renew=", renew), func(t *testing.T) {
+			cs, raws, prefix := sharedNodes(t)
+			l := newLocker(t, cs, redlock.Options{Prefix: prefix, CounterIdle: time.Second})
+			ctx := ctxFor(t, time.Minute)
+			key := fmt.Sprint("renewed-", renew)
+			tm, err := raws[0].Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Heal(ctx, key, token.Token(tm.Add(time.Hour).UnixMicro())); err != nil {
+				t.Fatal(err)
+			}
+			a, err := l.Acquire(ctx, key, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 8 { // 2 s: twice CounterIdle
+				time.Sleep(250 * time.Millisecond)
+				if renew {
+					if err := a.Renew(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			kept := 0
+			for _, raw := range raws {
+				if n, _ := raw.Exists(ctx, prefix+"{"+key+"}:tok").Result(); n == 1 {
+					kept++
+				}
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := grants(t, ctx, l, key, 1)[0]
+			t.Logf("renew %v: counters kept on %d of 5 nodes; A %d, next %d", renew, kept, a.Token(), b)
+			if renew && (kept != 5 || b <= a.Token()) {
+				t.Errorf("renewed past CounterIdle: counters on %d of 5 nodes, next token %d after %d", kept, b, a.Token())
+			}
+			if !renew && (kept != 0 || b >= a.Token()) {
+				t.Errorf("control, not renewed: counters on %d of 5 nodes, next token %d after %d; want them gone and the token below", kept, b, a.Token())
+			}
+		})
+	}
+}

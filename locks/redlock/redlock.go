@@ -95,8 +95,8 @@ type Options struct {
 	// stall an acquire. Default: a tenth of the TTL, within [100ms, 1s].
 	NodeTimeout time.Duration
 
-	// CounterIdle is how long a node keeps a key's counter after the last
-	// grant. Default 1h.
+	// CounterIdle is how long a node keeps a key's counter (and its clock
+	// offset) after the last grant or renewal. Default 1h.
 	CounterIdle time.Duration
 }
 
@@ -686,7 +686,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	start := time.Now()
 	a := newAttempt(len(l.nodes))
 	l.each(ctx, l.nodeTimeout(s.ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock}, s.id, ms(s.ttl)).Int()
+		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(s.ttl), ms(l.o.CounterIdle)).Int()
 		mu.Lock()
 		defer mu.Unlock()
 		a.wroteBack(i, n == 1, err)

@@ -145,12 +145,17 @@ store(KEYS[2], c, d, ARGV[3])
 return 1
 `)
 
-// renewScript extends the node's lock only if it still holds this grant.
+// renewScript extends the node's lock only if it still holds this grant,
+// and restarts the counter's idle expiry with it: a lease held past
+// CounterIdle keeps its counter (and offset), so the grant after it is
+// minted above it, not from the bare clock.
 //
-// KEYS: lock. ARGV: id, ttl ms. Returns 1 when extended, else 0.
+// KEYS: lock, counter. ARGV: id, ttl ms, counter idle ms. Returns 1 when
+// extended, else 0.
 var renewScript = redis.NewScript(ours + `
 if ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return 1
 end
 return 0
@@ -169,8 +174,8 @@ return 1
 
 // issuedScript returns what the bound of the node's tokens is computed
 // from: {counter or "", now in µs, offset, the token in the lock's value
-// or ""} — the lock's token because a lease may outlive its counter
-// (CounterIdle, which Renew does not extend).
+// or ""} — the lock's token because a lease that is not renewed may
+// outlive its counter (CounterIdle).
 //
 // KEYS: counter, lock.
 var issuedScript = redis.NewScript(decimal + `
