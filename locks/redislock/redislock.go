@@ -437,7 +437,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalid, key, to,
 			&token.RangeError{What: "redislock heal target", Token: to, Max: MaxHeal})
 	}
-	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), ms(l.o.CounterIdle)).Text()
+	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), l.idleArg).Text()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: heal %q: %w", key, withCtx(ctx, scriptErr(err)))
 	}

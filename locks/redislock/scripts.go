@@ -433,6 +433,17 @@ redis.call('SET', KEYS[2], joined(c, d), 'PX', ARGV[2])
 return c
 `)
 
+// heldToken(k) is the token in the lock's value at k ("id|token") while
+// it is held, else nil. Needs decimal.
+const heldToken = `
+local function heldToken(k)
+  local v = redis.call('GET', k)
+  local tok = v and string.match(v, '|(%d+)$')
+  if tok and canon(tok, MAX) then return tok end
+  return nil
+end
+`
+
 // issuedScript returns an upper bound of every token granted for the key:
 // the counter, or the clock floor (now + heal offset, at most MaxToken)
 // when that is larger (a counter that expired or was lost was at most the
@@ -441,14 +452,11 @@ return c
 // lock is held).
 //
 // KEYS: lock, counter. Returns the bound as a decimal string.
-var issuedScript = redis.NewScript(decimal + `
+var issuedScript = redis.NewScript(decimal + heldToken + `
 local b = bound(KEYS[2])
 if type(b) ~= 'string' then return b end
-local v = redis.call('GET', KEYS[1])
-if v then
-  local tok = string.match(v, '|(%d+)$')
-  if tok and canon(tok, MAX) and lt(b, tok) then return tok end
-end
+local tok = heldToken(KEYS[1])
+if tok and lt(b, tok) then return tok end
 return b
 `)
 
@@ -459,13 +467,8 @@ return b
 // floor)).
 //
 // KEYS: lock, counter. Returns a decimal string.
-var currentScript = redis.NewScript(masterOnly + decimal + `
-local v = redis.call('GET', KEYS[1])
-if v then
-  local tok = string.match(v, '|(%d+)$')
-  if tok and canon(tok, MAX) then return tok end
-end
-return bound(KEYS[2])
+var currentScript = redis.NewScript(masterOnly + decimal + heldToken + `
+return heldToken(KEYS[1]) or bound(KEYS[2])
 `)
 
 // claimScript is the Fence's check-and-advance on canonical decimal

@@ -68,12 +68,12 @@ func (e *CounterError) Error() string {
 func (e *CounterError) Unwrap() error { return token.ErrInvalid }
 
 // nodeErr gives a script's error on node i its type.
-func nodeErr(i int, k lockKeys, err error) error {
+func nodeErr(i int, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		if v, ok := strings.CutPrefix(rerr.Error(), counterErrPrefix); ok {
 			v, _, _ = strings.Cut(v, " script: ")
-			return &CounterError{Node: i, Key: k.counter, Value: v}
+			return &CounterError{Node: i, Key: key, Value: v}
 		}
 	}
 	return err
@@ -310,7 +310,7 @@ func backoff(n int) time.Duration {
 func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, err error) {
 	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
 	if err != nil {
-		return false, 0, 0, "", nodeErr(i, k, err)
+		return false, 0, 0, "", nodeErr(i, k.counter, err)
 	}
 	if got, _ := res[0].(int64); got != 1 && len(res) == 3 {
 		p, _ := res[1].(int64)
@@ -354,6 +354,20 @@ func readFloor(res []any) (token.Token, error) {
 	return max(c, f), nil
 }
 
+// readIssued reads the issued script's reply on node i: the node's floor
+// (readFloor), or the held grant's token when that is larger.
+func readIssued(i int, res []any) (token.Token, error) {
+	if len(res) != 4 {
+		return 0, fmt.Errorf("redlock: node %d: unexpected reply %v", i, res)
+	}
+	floor, err := readFloor(res[:3])
+	if s, _ := res[3].(string); err != nil || s == "" {
+		return floor, err
+	}
+	held, err := parseCounter(res[3].(string))
+	return max(floor, held), err
+}
+
 // parseCounter reads a counter or token as the scripts return it: a
 // canonical decimal string of at most [token.MaxInt64].
 func parseCounter(s string) (token.Token, error) {
@@ -374,7 +388,7 @@ func parseCounter(s string) (token.Token, error) {
 // tok's lead over its clock (see writeBackScript).
 func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
 	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
-	return n == 1, nodeErr(i, k, err)
+	return n == 1, nodeErr(i, k.counter, err)
 }
 
 // releaseNodes gives back the chosen nodes' locks (all when nodes is nil).
@@ -553,21 +567,12 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.lock}).Slice()
 		var floor token.Token
 		if err == nil {
-			if len(res) != 4 {
-				err = fmt.Errorf("redlock: node %d: unexpected reply %v", i, res)
-			} else if floor, err = readFloor(res[:3]); err == nil {
-				if s, _ := res[3].(string); s != "" {
-					var held token.Token
-					if held, err = parseCounter(s); err == nil {
-						floor = max(floor, held)
-					}
-				}
-			}
+			floor, err = readIssued(i, res)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			a.errs = append(a.errs, nodeErr(i, k, err))
+			a.errs = append(a.errs, nodeErr(i, k.counter, err))
 			return
 		}
 		top = max(top, floor)

@@ -153,7 +153,7 @@ type nodeView struct {
 func readNode(ctx context.Context, c Client, i int, k lockKeys) (nodeView, error) {
 	res, err := currentScript.Run(ctx, c, []string{k.lock, k.counter}).StringSlice()
 	if err != nil {
-		return nodeView{}, nodeErr(i, k, err)
+		return nodeView{}, nodeErr(i, k.counter, err)
 	}
 	if len(res) != 2 {
 		return nodeView{}, fmt.Errorf("redlock: node %d: unexpected reply %q", i, res)
