@@ -242,8 +242,8 @@ func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Du
 // acquireErr is the error of a failed acquire: ctx's when it ended, and
 // the cause besides when that was something else.
 func acquireErr(ctx context.Context, key string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) && !errors.Is(err, ErrClosed) {
-		err = fmt.Errorf("%w: %w", cerr, err)
+	if !errors.Is(err, ErrClosed) {
+		err = withCtx(ctx, err)
 	}
 	return fmt.Errorf("redislock: acquire %q: %w", key, err)
 }

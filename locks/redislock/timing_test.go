@@ -83,3 +83,61 @@ func noRetries(o redis.Options) redis.Options {
 	}
 	return o
 }
+
+// TestCallsCutShortMatchTheDeadline: against a paused server every call
+// given a short deadline fails with an error matching
+// context.DeadlineExceeded — go-redis's socket deadline is the context's
+// and fires as an i/o timeout, often before the context's own timer (CI
+// once saw a Release return the bare i/o timeout). Many rounds, since the
+// race between the two is what is tested; the client has
+// ContextTimeoutEnabled, as the package doc asks (without it the calls run
+// into DialTimeout, 5s).
+func TestCallsCutShortMatchTheDeadline(t *testing.T) {
+	srv := servers.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c, redislock.Options{})
+	fence := redislock.NewFence(c, redislock.FenceOptions{})
+	seq := redislock.NewSequencer(c, "")
+	ctx := ctxFor(t, time.Minute)
+	held, err := l.TryAcquire(ctx, "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, "r", held.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	calls := map[string]func(context.Context) error{
+		"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "k", time.Second); return err },
+		"Renew":      held.Renew,
+		"Release":    held.Release,
+		"Issued":     func(ctx context.Context) error { _, err := l.Issued(ctx, "held"); return err },
+		"Current":    func(ctx context.Context) error { _, err := seq.Current(ctx, "held"); return err },
+		"Claim":      func(ctx context.Context) error { return fence.Claim(ctx, "r", held.Token()+1) },
+		"HighWater":  func(ctx context.Context) error { _, err := fence.HighWater(ctx, "r"); return err },
+	}
+	for round := 0; round < 15; round++ {
+		for name, call := range calls {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			start := time.Now()
+			err := call(cctx)
+			cancel()
+			if late := time.Since(start) - 20*time.Millisecond; late > lockstest.DeadlineSlack {
+				t.Errorf("round %d, %s returned %v past its deadline", round, name, late)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d, %s against a paused server: %v, want an error matching context.DeadlineExceeded", round, name, err)
+			}
+		}
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("Release after the resume: %v", err)
+	}
+}
