@@ -72,6 +72,11 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 			p := servers.NewProxy(t, d.Endpoints[0])
 			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Cut() }
 		},
+		Blackholed: func(t *testing.T) (locks.Locker, func()) {
+			d := db(t)
+			p := servers.NewProxy(t, d.Endpoints[0])
+			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Blackhole() }
+		},
 	})
 }
 

@@ -12,8 +12,9 @@
 // expired behind its holder's back, wake-up on release, prompt and clean
 // cancellation, independence of keys and, with [Config.NewSequencer], that
 // the backend's [token.Sequencer] answers the current grant's token, and,
-// with [Config.Unreachable], that every call returns by its context's
-// deadline while the lock service is unreachable. Each subtest uses keys of
+// with [Config.Unreachable] and [Config.Blackholed], that every call
+// returns by its context's deadline while the lock service is unreachable
+// or answers nothing, saying so. Each subtest uses keys of
 // its own,
 // so lockers may share one server with other tests. Subtests run one after
 // another: several measure latency and must not compete for the CPU.
@@ -74,6 +75,14 @@ type Config struct {
 	// the package's goroutine-leak check runs after the tests). When nil,
 	// that subtest is skipped.
 	Unreachable func(t *testing.T) (l locks.Locker, cut func())
+
+	// Blackholed is like Unreachable, but its func leaves the connections
+	// open and answers nothing (a blackholing proxy, a frozen server): the
+	// calls cannot fail on their own, and each must return by its
+	// deadline with an error wrapping context.DeadlineExceeded. The client
+	// must be one whose calls its context bounds (go-redis:
+	// ContextTimeoutEnabled). When nil, that subtest is skipped.
+	Blackholed func(t *testing.T) (l locks.Locker, blackhole func())
 }
 
 // Bounds the suite asserts. They are generous on purpose: the benchmarks
@@ -136,7 +145,8 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelledBeforeAcquire", s.cancelledBefore},
 		{"KeysIndependent", s.keysIndependent},
 		{"Sequencer", s.sequencer},
-		{"Unreachable", s.unreachable},
+		{"Unreachable", func(t *testing.T) { s.unreachable(t, "Unreachable", s.cfg.Unreachable, false) }},
+		{"Blackholed", func(t *testing.T) { s.unreachable(t, "Blackholed", s.cfg.Blackholed, true) }},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
@@ -655,14 +665,19 @@ func (s *suite) sequencer(t *testing.T) {
 // deadline (plus DeadlineSlack), with an error. One that returns at the
 // deadline says so (it wraps context.DeadlineExceeded); one that returns
 // before it failed on its own, and its error is the transport's, not "not
-// obtained".
-func (s *suite) unreachable(t *testing.T) {
-	if s.cfg.Unreachable == nil {
-		t.Skip("lockstest: Config.Unreachable not set")
+// obtained". With the service blackholed (silent) no call may fail before
+// its deadline: each returns at it, with the context's error.
+func (s *suite) unreachable(t *testing.T, field string, setup func(*testing.T) (locks.Locker, func()), silent bool) {
+	if setup == nil {
+		t.Skipf("lockstest: Config.%s not set", field)
 	}
-	l, cut := s.cfg.Unreachable(t)
+	l, cut := setup(t)
 	if l == nil || cut == nil {
-		t.Fatal("Unreachable returned a nil locker or cut func")
+		t.Fatalf("Config.%s returned a nil locker or fault func", field)
+	}
+	fault := "unreachable"
+	if silent {
+		fault = "blackholed"
 	}
 	ctx := ctxFor(t, time.Minute)
 	k := key(t, "k")
@@ -688,7 +703,7 @@ func (s *suite) unreachable(t *testing.T) {
 		wg.Wait()
 		returned := time.Now()
 		took, late := returned.Sub(start), returned.Sub(deadline)
-		t.Logf("%s with the service unreachable: returned after %v (%+v past the deadline): %v", op, took.Round(time.Millisecond), late.Round(time.Millisecond), err)
+		t.Logf("%s with the service %s: returned after %v (%+v past the deadline): %v", op, fault, took.Round(time.Millisecond), late.Round(time.Millisecond), err)
 		switch {
 		case err == nil:
 			t.Errorf("%s succeeded with the lock service unreachable", op)
@@ -698,6 +713,8 @@ func (s *suite) unreachable(t *testing.T) {
 			t.Errorf("%s: %v; an unreachable service is not a held lock", op, err)
 		case late >= 0 && !errors.Is(err, context.DeadlineExceeded):
 			t.Errorf("%s returned at the deadline with %v, want an error wrapping context.DeadlineExceeded", op, err)
+		case silent && !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("%s returned %v before its deadline with %v from a service that answers nothing", op, -late, err)
 		}
 	}
 	check("Acquire of the held key, queued before the cut", func(ctx context.Context) error {

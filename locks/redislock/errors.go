@@ -1,12 +1,8 @@
 package redislock
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,28 +52,4 @@ func scriptErr(err error) error {
 		val = val[:i]
 	}
 	return &CounterError{Key: key, Value: val}
-}
-
-// withCtx adds ctx's error to err when ctx has ended and err does not say
-// so already: go-redis reports a call cut short by its context's deadline
-// as the socket's i/o timeout, which errors.Is(err,
-// context.DeadlineExceeded) would not match. The socket's deadline is the
-// context's, and it can fire before the context's own timer has marked the
-// context done, so a timeout at or past ctx's deadline counts as the
-// deadline even while ctx.Err() is still nil.
-func withCtx(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	cerr := ctx.Err()
-	if cerr == nil {
-		var ne net.Error
-		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && errors.As(err, &ne) && ne.Timeout() {
-			cerr = context.DeadlineExceeded
-		}
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
-	}
-	return err
 }

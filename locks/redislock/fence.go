@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -182,7 +183,7 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 	v, acked, err := f.run(ctx, claimScript, f.key(resource), t.String())
 	res, _ := v.([]any)
 	if err != nil && (len(res) != 2 || res[0] != int64(0)) {
-		return fmt.Errorf("redislock: claim %q: %w", resource, withCtx(ctx, err))
+		return fmt.Errorf("redislock: claim %q: %w", resource, ctxerr.Wrap(ctx, err))
 	}
 	if len(res) == 0 {
 		return fmt.Errorf("redislock: claim %q: unexpected reply %v", resource, v)
@@ -217,7 +218,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 	}
 	v, acked, err := f.run(ctx, resetScript, f.key(resource), to.String())
 	if err != nil {
-		return 0, fmt.Errorf("redislock: reset %q: %w", resource, withCtx(ctx, err))
+		return 0, fmt.Errorf("redislock: reset %q: %w", resource, ctxerr.Wrap(ctx, err))
 	}
 	s, _ := v.(string)
 	var prev token.Token
@@ -245,7 +246,7 @@ func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, er
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("redislock: high-water %q: %w", resource, withCtx(ctx, err))
+		return 0, fmt.Errorf("redislock: high-water %q: %w", resource, ctxerr.Wrap(ctx, err))
 	}
 	return token.Parse(s)
 }

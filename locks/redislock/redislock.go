@@ -14,6 +14,7 @@ import (
 	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -243,7 +244,7 @@ func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Du
 // the cause besides when that was something else.
 func acquireErr(ctx context.Context, key string, err error) error {
 	if !errors.Is(err, ErrClosed) {
-		err = withCtx(ctx, err)
+		err = ctxerr.Wrap(ctx, err)
 	}
 	return fmt.Errorf("redislock: acquire %q: %w", key, err)
 }
@@ -439,7 +440,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 	}
 	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), l.idleArg).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: heal %q: %w", key, withCtx(ctx, scriptErr(err)))
+		return 0, fmt.Errorf("redislock: heal %q: %w", key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
 	return token.Parse(s)
 }
@@ -463,7 +464,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	}
 	s, err := issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
 	if err != nil {
-		return 0, fmt.Errorf("redislock: issued %q: %w", key, withCtx(ctx, scriptErr(err)))
+		return 0, fmt.Errorf("redislock: issued %q: %w", key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
 	return token.Parse(s)
 }
@@ -521,7 +522,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	sent := time.Now()
 	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.ttl)).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: renew %q: %w", s.key, withCtx(ctx, err))
+		return fmt.Errorf("redislock: renew %q: %w", s.key, ctxerr.Wrap(ctx, err))
 	}
 	if n != 1 {
 		return locks.NotHeldError("renew", s.key, s.tok)
@@ -548,7 +549,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: release %q: %w", s.key, withCtx(ctx, scriptErr(err)))
+		return fmt.Errorf("redislock: release %q: %w", s.key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
 	if n != 1 {
 		return locks.NotHeldError("release", s.key, s.tok)

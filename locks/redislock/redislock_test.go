@@ -70,6 +70,13 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return newLocker(t, c, redislock.Options{Prefix: db.Prefix}), func() { _ = p.Cut() }
 		},
+		Blackholed: func(t *testing.T) (locks.Locker, func()) {
+			db := servers.Redis(t)
+			p := servers.NewProxy(t, db.Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			return newLocker(t, c, redislock.Options{Prefix: db.Prefix}), func() { _ = p.Blackhole() }
+		},
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -139,7 +140,7 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 		if strings.HasPrefix(err.Error(), "READONLY ") {
 			return 0, fmt.Errorf("redislock: current %q: %w: %w", key, ErrReplica, err)
 		}
-		return 0, fmt.Errorf("redislock: current %q: %w", key, withCtx(ctx, scriptErr(err)))
+		return 0, fmt.Errorf("redislock: current %q: %w", key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
 	t, err := token.Parse(s)
 	if err != nil {

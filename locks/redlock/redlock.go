@@ -16,6 +16,7 @@ import (
 	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -284,7 +285,7 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, rangeErr)
 	}
 	if err := a.unreachable(); err != nil {
-		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, err)
+		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, ctxerr.Wrap(ctx, err))
 	}
 	if a.taken() {
 		return nil, held, max(a.wait, time.Millisecond), nil
@@ -579,7 +580,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 		answered++
 	})
 	if answered < a.quorum {
-		return 0, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: a.n - answered, Err: errors.Join(a.errs...)}
+		return 0, ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: a.n - answered, Err: errors.Join(a.errs...)})
 	}
 	return top, nil
 }
@@ -625,7 +626,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 		a.wroteBack(i, err == nil, err)
 	})
 	if !a.granted() {
-		return &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}
+		return ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)})
 	}
 	return nil
 }
@@ -708,7 +709,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	case a.refused > a.n-a.quorum:
 		return locks.NotHeldError("renew", s.key, s.tok)
 	}
-	return fmt.Errorf("redlock: renew %q: %w", s.key, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)})
+	return fmt.Errorf("redlock: renew %q: %w", s.key, ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}))
 }
 
 // Release implements [locks.Lease]: deletes the lock on every node that
@@ -727,7 +728,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		s.released = true
 		return nil
 	case released+len(errs) >= quorum:
-		return fmt.Errorf("redlock: release %q: %w", s.key, errors.Join(errs...))
+		return fmt.Errorf("redlock: release %q: %w", s.key, ctxerr.Wrap(ctx, errors.Join(errs...)))
 	}
 	return locks.NotHeldError("release", s.key, s.tok)
 }

@@ -90,6 +90,22 @@ func TestConformance(t *testing.T) {
 				}
 			}
 		},
+		Blackholed: func(t *testing.T) (locks.Locker, func()) {
+			var cs []redlock.Client
+			var ps []*servers.Proxy
+			var prefix string
+			for _, db := range servers.RedisN(t, 3) {
+				p := servers.NewProxy(t, db.Addr)
+				c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				cs, ps, prefix = append(cs, c), append(ps, p), db.Prefix
+			}
+			return newLocker(t, cs, redlock.Options{Prefix: prefix}), func() {
+				for _, p := range ps {
+					_ = p.Blackhole()
+				}
+			}
+		},
 	})
 }
 

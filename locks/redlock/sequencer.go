@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -136,7 +137,7 @@ func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error
 	wg.Wait()
 	if quorum := n/2 + 1; len(views) < quorum {
 		return 0, fmt.Errorf("redlock: current token of %q: %w", key,
-			&QuorumError{Need: quorum, Nodes: n, Failed: n - len(views), Err: errors.Join(errs...)})
+			ctxerr.Wrap(ctx, &QuorumError{Need: quorum, Nodes: n, Failed: n - len(views), Err: errors.Join(errs...)}))
 	}
 	return current(n, views), nil
 }

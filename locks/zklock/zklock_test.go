@@ -99,6 +99,11 @@ func TestConformance(t *testing.T) {
 			p := servers.NewProxy(t, z.Addrs[0])
 			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Cut() }
 		},
+		Blackholed: func(t *testing.T) (locks.Locker, func()) {
+			z := servers.ZooKeeper(t)
+			p := servers.NewProxy(t, z.Addrs[0])
+			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Blackhole() }
+		},
 	})
 }
 

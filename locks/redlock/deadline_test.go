@@ -1,0 +1,69 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/lockstest"
+	"github.com/fenceguard/fenceguard/locks/redlock"
+)
+
+// TestCallsCutShortMatchTheDeadline: with every node paused, each call
+// given a short deadline returns by it with an error matching
+// context.DeadlineExceeded. go-redis reports the cut as the socket's i/o
+// timeout, often before the context's timer marks the context done, so
+// without package ctxerr the quorum error carried only i/o timeouts. Many
+// rounds, since that race is what is tested.
+func TestCallsCutShortMatchTheDeadline(t *testing.T) {
+	srvs := servers.NewRedisN(t, 3)
+	var cs []redlock.Client
+	for _, s := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	l := newLocker(t, cs, redlock.Options{})
+	seq := redlock.NewSequencer(cs, "")
+	ctx := ctxFor(t, time.Minute)
+	held, err := l.TryAcquire(ctx, "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srvs {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range srvs {
+			_ = s.Resume()
+		}
+	})
+	calls := map[string]func(context.Context) error{
+		"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "k", time.Second); return err },
+		"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, "k", time.Second); return err },
+		"Renew":      held.Renew,
+		"Release":    held.Release,
+		"Issued":     func(ctx context.Context) error { _, err := l.Issued(ctx, "held"); return err },
+		"Current":    func(ctx context.Context) error { _, err := seq.Current(ctx, "held"); return err },
+	}
+	for round := 0; round < 15; round++ {
+		for name, call := range calls {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			start := time.Now()
+			err := call(cctx)
+			cancel()
+			if late := time.Since(start) - 20*time.Millisecond; late > lockstest.DeadlineSlack {
+				t.Errorf("round %d, %s returned %v past its deadline", round, name, late)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d, %s against paused nodes: %v, want an error matching context.DeadlineExceeded", round, name, err)
+			}
+		}
+	}
+}
