@@ -340,7 +340,11 @@
 // # Deadlines and the client
 //
 // Acquire, TryAcquire, Renew and Release return by their context's
-// deadline with Redis unreachable. An acquire that fails cleans up after
+// deadline with Redis unreachable or silent, and a call the deadline cut
+// short fails with an error matching context.DeadlineExceeded (errors.Is)
+// — so do Issued, Heal and the Fence's and Sequencer's calls — even when
+// go-redis reported it as the socket's i/o timeout (the socket's deadline
+// is the context's and may fire before the context's timer). An acquire that fails cleans up after
 // itself (its place in the queue, a grant whose reply was lost) on a
 // context of its own, bounded by a second: it waits for that a moment
 // (50ms) past its deadline, then leaves it to finish in the background;

@@ -256,4 +256,12 @@
 // deadline and leaving the rest to the background; [Locker.Close] waits for
 // it. As with redislock, go-redis bounds reads by ReadTimeout rather than
 // the context unless the client has ContextTimeoutEnabled.
+//
+// A call that its context's deadline cut short fails with an error that
+// matches context.DeadlineExceeded (errors.Is), inside the
+// [*QuorumError] when there is one — also when go-redis reported the cut
+// as the socket's i/o timeout, which it does when the socket's deadline
+// (the context's) fires before the context's own timer. A node's own
+// timeout (NodeTimeout) before the caller's deadline is not the caller's
+// deadline, and does not match.
 package redlock
