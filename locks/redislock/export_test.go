@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,4 +19,20 @@ func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key st
 	}
 	s := redis.NewScript(strings.TrimPrefix(src, masterOnly))
 	return s.Run(ctx, c, keysFor(prefix, key).bound()).Text()
+}
+
+// OneSubscriber gives a fresh l the notifier of a plain client — one
+// subscriber on whichever node — for the control of
+// TestClusterWaitersListenOnTheirMaster.
+func OneSubscriber(l *Locker) {
+	l.notify.Close()
+	l.notify = subscriber(l.client)
+}
+
+// SetNotifierLinger sets how long an idle master's subscriber stays open,
+// until the returned func restores it.
+func SetNotifierLinger(d time.Duration) func() {
+	old := notifierLinger
+	notifierLinger = d
+	return func() { notifierLinger = old }
 }

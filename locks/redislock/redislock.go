@@ -80,7 +80,7 @@ type Options struct {
 type Locker struct {
 	client Client
 	o      Options
-	notify *rnotify.Notifier
+	notify waker
 
 	// The scripts' arguments that never change, boxed once: the counter's
 	// idle time and WaiterTTL in ms.
@@ -115,10 +115,11 @@ func New(client Client, o Options) (*Locker, error) {
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
 	}
+	notify := notifier(client)
 	if _, ok := client.(stateReloader); ok {
 		client = reloadingClient{client}
 	}
-	return &Locker{client: client, o: o, notify: notifier(client), idleArg: ms(o.CounterIdle), waiterArg: ms(o.WaiterTTL)}, nil
+	return &Locker{client: client, o: o, notify: notify, idleArg: ms(o.CounterIdle), waiterArg: ms(o.WaiterTTL)}, nil
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
