@@ -35,8 +35,9 @@
 // stops refreshing is dropped after WaiterTTL. A waiter that dies in the
 // moment between refreshing and being handed the lock holds it, like a
 // holder that dies, until its TTL expires. Blocked acquires of one Locker
-// share a single pub/sub connection and one reader goroutine:
-// [Locker.Close] stops it.
+// share a single pub/sub connection (on a Cluster, one per master: see
+// "Redis Cluster") and one reader goroutine each: [Locker.Close] stops
+// them.
 //
 // The lease of a handed-over grant is dated, conservatively, from the last
 // request that found the waiter still waiting — the grant came after it.
@@ -255,10 +256,19 @@
 // Current refuse such names with [locks.ErrInvalid]; on a single node (or
 // Sentinel) they work as any other.
 //
-// Wake-ups are classic pub/sub (PUBLISH from the release script,
-// SUBSCRIBE on one connection per Locker), which the cluster bus carries
-// to every node: the Locker's one subscription, on whichever node, hears
-// every release.
+// Wake-ups are classic pub/sub (PUBLISH from the release script), which
+// the cluster bus carries to every node. On a [redis.ClusterClient] a
+// Locker keeps one subscription per master, and each waiter subscribes on
+// the master that owns its lock's slot — the node whose script publishes
+// its hand-over — so the wake-up comes straight from there, not a cluster
+// bus hop later (which, under many contended keys, was hundreds of ms:
+// docs/benchmarks.md, "Redis Cluster"). The route is taken from the
+// client's slot map when the waiter registers: after a failover or a
+// slot's move, waiters already waiting keep their subscription (they hear
+// the release over the bus, later) and later ones subscribe on the new
+// master; a master's subscription closes after 10s without waiters. A
+// client of another type that wraps a ClusterClient gets the single
+// subscription, on whichever node.
 //
 // Failover and resharding. A Locker's scripts follow MOVED and ASK the
 // way go-redis does (ClusterOptions.MaxRedirects, 3 by default). While a
