@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -115,6 +116,21 @@ func (m *masterNotifier) Register(ctx context.Context, channel, id string) (<-ch
 	if err != nil {
 		node = nil
 	}
+	wake, err := m.registerOn(ctx, node, channel, id)
+	if err != nil && node != nil && !errors.Is(err, rnotify.ErrClosed) && ctx.Err() == nil {
+		// The master the map named did not take the subscription (it
+		// died, say, and the map is stale): subscribe through the
+		// client, which routes by its map then, and have the map
+		// reloaded for the next waiter.
+		reloadOnNetError(ctx, m.fallback, err)
+		wake, err = m.registerOn(ctx, nil, channel, id)
+	}
+	return wake, err
+}
+
+// registerOn registers id on node's subscriber, or the fallback's when
+// node is nil.
+func (m *masterNotifier) registerOn(ctx context.Context, node *redis.Client, channel, id string) (<-chan string, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

@@ -53,3 +53,41 @@ func TestNotifierRegisterAfterTheLastWaiterLeft(t *testing.T) {
 		}
 	}
 }
+
+// deadRouter names a master nobody listens on, as a stale slot map would
+// after the master died.
+type deadRouter struct{ c *redis.Client }
+
+func (r deadRouter) MasterForKey(context.Context, string) (*redis.Client, error) { return r.c, nil }
+
+// A master's subscriber that cannot subscribe (the map named a dead node)
+// does not fail the waiter: it subscribes through the Cluster client
+// instead, and hears the release.
+func TestMasterNotifierFallsBackWhenTheMasterIsGone(t *testing.T) {
+	c := servers.NewRedisCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { dead.Close() })
+	n := newMasterNotifier(deadRouter{dead}, cc)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := "fg:{dead}:wake"
+	wake, err := n.Register(ctx, ch, "w")
+	if err != nil {
+		t.Fatalf("Register with the routed master gone: %v", err)
+	}
+	if err := cc.Publish(ctx, ch, "w|7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-wake:
+		if v != "7" {
+			t.Fatalf("woken with %q, want 7", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not woken by the release")
+	}
+	n.Unregister(ch, "w")
+}
