@@ -36,7 +36,7 @@ func redisLocker(t *testing.T, c redislock.Client, prefix string) *redislock.Loc
 // every public call of the Redis Fence (plain, and with Replicas: its
 // pipeline with WAIT), the Sequencer and the Locker's Current, Issued
 // and Heal returns by its deadline with an error matching
-// context.DeadlineExceeded, and the marks are unmoved after the thaw.
+// context.DeadlineExceeded, and the mark is one a claim presented.
 func TestHeldRedisFenceSequencerFrozen(t *testing.T) {
 	srv := servers.NewRedis(t)
 	c := redisClient(t, srv.Addr())
@@ -86,24 +86,36 @@ func TestHeldRedisFenceSequencerFrozen(t *testing.T) {
 	}
 	for name, call := range calls {
 		for _, d := range deadlines {
-			for i := range 3 {
+			for i := range 2 {
 				byDeadline(t, fmt.Sprintf("%s (deadline %v, #%d)", name, d, i), d+time.Duration(i)*7*time.Millisecond, call)
 			}
 		}
 	}
 	resume(t, srv)
 
-	if hw, err := f.HighWater(ctx, "res"); err != nil || hw != tok {
-		t.Errorf("after the thaw the mark is %d (%v), want %d: a claim cut short moved it", hw, err, tok)
+	// A claim that reached the frozen server's socket before its caller gave
+	// up runs at the thaw (the outcome of a call that failed is unknown, as
+	// the package doc says): the mark is tok, or tok+1 that every cut claim
+	// presented, nothing else.
+	if hw, err := f.HighWater(ctx, "res"); err != nil || (hw != tok && hw != tok+1) {
+		t.Errorf("after the thaw the mark is %d (%v), want %d or %d", hw, err, tok, tok+1)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Errorf("release after the thaw: %v", err)
 	}
 }
 
-// TestHeldRedisFenceCancelled: the same calls with the context cancelled
-// (not timed out) while the server is frozen match context.Canceled.
-func TestHeldRedisFenceCancelled(t *testing.T) {
+// TestDefectRedisCancelNotHonoured: the same calls with the context
+// cancelled (not timed out) while the server is frozen. They do match
+// context.Canceled (ctxerr.Wrap adds it), but return only when go-redis's
+// socket timeout fires (ReadTimeout, 3s by default; 5s measured): with
+// ContextTimeoutEnabled go-redis sets the socket deadline from the
+// context's deadline and never watches ctx.Done(), so a context without a
+// deadline (an HTTP server's request context when the client goes, guard's
+// keep-alive context) is not honoured. The package doc's "Set it ... to
+// have the context bound every call" holds for deadlines only.
+func TestDefectRedisCancelNotHonoured(t *testing.T) {
+	defect(t, "redislock calls ignore a context cancelled without a deadline (go-redis watches only the deadline)")
 	srv := servers.NewRedis(t)
 	c := redisClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
