@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ type pgEnv struct {
 	admin *pgxpool.Pool // direct, for checks after the fault
 	items *postgres.Table
 	k     *postgres.Tokens
+	lazy  *postgres.Tokens // ClaimWithFirstStatement
 }
 
 func newPG(t *testing.T) *pgEnv {
@@ -55,7 +57,7 @@ func newPG(t *testing.T) *pgEnv {
 	}
 	host = "127.0.0.1"
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, port
-	cfg.MaxConns = 4
+	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,11 @@ func newPG(t *testing.T) *pgEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pgEnv{srv: srv, proxy: proxy, pool: pool, admin: admin, items: items, k: k}
+	lazy, err := postgres.NewTokens(postgres.TokensOptions{Check: token.NoCheck(), ClaimWithFirstStatement: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pgEnv{srv: srv, proxy: proxy, pool: pool, admin: admin, items: items, k: k, lazy: lazy}
 }
 
 func (e *pgEnv) row(t *testing.T, id int64) (stock int, mark int64) {
@@ -148,6 +154,17 @@ func TestHeldPostgresCallsFaulted(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// The caller's transactions for the nested Tx, begun before the
+			// fault; rolled back (their connection closed) after it.
+			outers := make(chan pgx.Tx, 3)
+			for range 3 {
+				outer, err := e.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outers <- outer
+				defer outer.Rollback(context.Background())
+			}
 			f.inject(t, e)
 			txRes := "tx-" + f.name
 			calls := map[string]func(ctx context.Context) error{
@@ -170,6 +187,19 @@ func TestHeldPostgresCallsFaulted(t *testing.T) {
 				"Fence.Reset":     func(ctx context.Context) error { _, err := fence.Reset(ctx, "fres2", base); return err },
 				"Tokens.Tx": func(ctx context.Context) error {
 					return e.k.Tx(ctx, e.pool, txRes, base+1, func(tx pgx.Tx) error {
+						_, err := tx.Exec(ctx, `INSERT INTO log VALUES ($1, 'fn ran')`, txRes)
+						return err
+					})
+				},
+				"Tokens.Tx(lazy)": func(ctx context.Context) error {
+					return e.lazy.Tx(ctx, e.pool, txRes, base+1, func(tx pgx.Tx) error {
+						_, err := tx.Exec(ctx, `INSERT INTO log VALUES ($1, 'fn ran')`, txRes)
+						return err
+					})
+				},
+				"Tokens.Tx(nested)": func(ctx context.Context) error {
+					outer := <-outers
+					return e.k.Tx(ctx, outer, txRes, base+1, func(tx pgx.Tx) error {
 						_, err := tx.Exec(ctx, `INSERT INTO log VALUES ($1, 'fn ran')`, txRes)
 						return err
 					})
@@ -217,14 +247,18 @@ func TestHeldPostgresTxFaultedMidTransaction(t *testing.T) {
 	e := newPG(t)
 	ctx := ctxFor(t, 60*time.Second)
 	for _, f := range pgFaults {
-		for _, where := range []string{"statement", "commit"} {
+		for _, where := range []string{"statement", "commit", "lazy-statement", "lazy-commit"} {
 			t.Run(f.name+"/"+where, func(t *testing.T) {
-				res := "mid-" + f.name + "-" + where
+				k := e.k
+				if strings.HasPrefix(where, "lazy-") {
+					k, where = e.lazy, strings.TrimPrefix(where, "lazy-")
+				}
+				res := "mid-" + f.name + "-" + where + "-" + k.String() + fmt.Sprint(k == e.lazy)
 				if err := e.k.Fence(e.admin).Claim(ctx, res, 50); err != nil {
 					t.Fatal(err)
 				}
 				err := byDeadline(t, "Tx", 600*time.Millisecond, func(cctx context.Context) error {
-					return e.k.Tx(cctx, e.pool, res, 60, func(tx pgx.Tx) error {
+					return k.Tx(cctx, e.pool, res, 60, func(tx pgx.Tx) error {
 						if _, err := tx.Exec(cctx, `INSERT INTO log VALUES ($1, 'first')`, res); err != nil {
 							return err
 						}
@@ -263,20 +297,22 @@ func TestDefectPostgresTxRollbackOutlastsDeadline(t *testing.T) {
 	defect(t, "Tx's rollback waits up to 10s past the caller's deadline when fn returns while the server does not answer")
 	e := newPG(t)
 	for _, f := range pgFaults {
-		t.Run(f.name, func(t *testing.T) {
-			res := "rb-" + f.name
-			byDeadline(t, "Tx (fn waits for its context)", 500*time.Millisecond, func(cctx context.Context) error {
-				return e.k.Tx(cctx, e.pool, res, 70, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(cctx, `INSERT INTO log VALUES ($1, 'first')`, res); err != nil {
-						return err
-					}
-					f.inject(t, e)
-					<-cctx.Done() // e.g. waiting on the lease's context, or an HTTP call
-					return cctx.Err()
+		for _, k := range []*postgres.Tokens{e.k, e.lazy} {
+			t.Run(f.name, func(t *testing.T) {
+				res := "rb-" + f.name + fmt.Sprint(k == e.lazy)
+				byDeadline(t, "Tx (fn waits for its context)", 500*time.Millisecond, func(cctx context.Context) error {
+					return k.Tx(cctx, e.pool, res, 70, func(tx pgx.Tx) error {
+						if _, err := tx.Exec(cctx, `INSERT INTO log VALUES ($1, 'first')`, res); err != nil {
+							return err
+						}
+						f.inject(t, e)
+						<-cctx.Done() // e.g. waiting on the lease's context, or an HTTP call
+						return cctx.Err()
+					})
 				})
+				f.restore(t, e)
 			})
-			f.restore(t, e)
-		})
+		}
 	}
 }
 
