@@ -12,6 +12,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
 func newGuard(t *testing.T, l locks.Locker, ttl time.Duration) *guard.Guard {
 	t.Helper()
 	g, err := guard.New(l, guard.Options{TTL: ttl, Logger: slog.New(slog.DiscardHandler)})
