@@ -73,5 +73,6 @@
 // ZooKeeper fences and sequencers frozen, and SerializePerKey; etcdlock's
 // and zklock's Sequencer, Issued, Fence, acquires, Renew; the Redis Fence
 // (plain and with Replicas), Sequencer, Current, Issued, Heal; a grant whose
-// reply came too late given back at once).
+// reply came too late given back at once; guard's Release over redlock with
+// every node frozen, whose per-node NodeTimeout is a deadline).
 package review20

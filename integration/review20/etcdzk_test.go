@@ -17,7 +17,7 @@ import (
 // HighWater and Reset, Acquire and TryAcquire — and a held lease's Renew
 // and Release, with the server frozen: each returns by its deadline with an
 // error matching context.DeadlineExceeded (context.Canceled when
-// cancelled); the marks are unmoved after the thaw.
+// cancelled); after the thaw the mark is one a claim presented.
 func TestHeldEtcdZKCallsFrozen(t *testing.T) {
 	type target struct {
 		name  string
@@ -53,8 +53,11 @@ func TestHeldEtcdZKCallsFrozen(t *testing.T) {
 					"Locker.Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, "held", 5*time.Second); return err },
 					"Lease.Renew":       lease.Renew,
 				}, srv, func(t *testing.T) {
-					if hw, err := f.HighWater(ctxFor(t, 10*time.Second), "res"); err != nil || hw != tok {
-						t.Errorf("mark after the thaw %d (%v), want %d", hw, err, tok)
+					// A claim the frozen server had buffered runs at the thaw
+					// (a call cut short has an unknown outcome): tok or the
+					// tok+1 every cut claim presented, nothing else.
+					if hw, err := f.HighWater(ctxFor(t, 10*time.Second), "res"); err != nil || (hw != tok && hw != tok+1) {
+						t.Errorf("mark after the thaw %d (%v), want %d or %d", hw, err, tok, tok+1)
 					}
 					if err := lease.Release(ctxFor(t, 10*time.Second)); err != nil {
 						t.Errorf("release after the thaw: %v", err)
@@ -93,8 +96,8 @@ func TestHeldEtcdZKCallsFrozen(t *testing.T) {
 					for {
 						hw, err := f.HighWater(ctxFor(t, 5*time.Second), "res")
 						if err == nil {
-							if hw != tok {
-								t.Errorf("mark after the thaw %d, want %d", hw, tok)
+							if hw != tok && hw != tok+1 {
+								t.Errorf("mark after the thaw %d, want %d or %d", hw, tok, tok+1)
 							}
 							break
 						}
