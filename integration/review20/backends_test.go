@@ -1,0 +1,87 @@
+package review20
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/etcdlock"
+	"github.com/fenceguard/fenceguard/locks/zklock"
+)
+
+// backend is a locker on a server of the test's own, to freeze.
+type backend struct {
+	name string
+	ttl  time.Duration // a TTL the backend grants as asked
+	// releaseDefect, when set, names the finding that makes guard's
+	// Release outlast its deadline on this backend.
+	releaseDefect string
+	// start returns a locker on a fresh server, and the server.
+	start func(t *testing.T) (locks.Locker, *servers.Server)
+}
+
+var backends = []backend{
+	{"redislock", 1500 * time.Millisecond, "guard's keep-alive renews with a context without a deadline, which go-redis ignores; Release waits for that renewal (guard/lease.go:158, :226)", func(t *testing.T) (locks.Locker, *servers.Server) {
+		srv := servers.NewRedis(t)
+		return redisLocker(t, redisClient(t, srv.Addr()), "r20:lock:"), srv
+	}},
+	{"etcdlock", 2 * time.Second, "etcdlock's Lease.Lost blocks in clientv3.Watch while etcd does not answer; guard's keep-alive calls it, and Release waits for the keep-alive (etcdlock.go:636, guard/lease.go:144, :226)", func(t *testing.T) (locks.Locker, *servers.Server) {
+		srv := servers.NewEtcd(t)
+		l, err := etcdlock.New(etcdClient(t, srv.Addr()), etcdlock.Options{Prefix: "/r20/lock/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, srv
+	}},
+	{"zklock", 2 * time.Second, "", func(t *testing.T) (locks.Locker, *servers.Server) {
+		srv := servers.NewZooKeeper(t)
+		l, err := zklock.New([]string{srv.Addr()}, zklock.Options{Prefix: "/r20/lock", Logger: quietZK{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, srv
+	}},
+}
+
+func etcdClient(t *testing.T, addr string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
+
+func zkConn(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	c, ev, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quietZK{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ev:
+		case <-deadline:
+			t.Fatalf("no session on %s", addr)
+		}
+	}
+	go func() {
+		for range ev {
+		}
+	}()
+	t.Cleanup(c.Close)
+	return c
+}
