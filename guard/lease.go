@@ -153,7 +153,13 @@ func (h *hold) keepAlive() {
 		case <-t.Chan():
 		}
 		start := o.Clock.Now()
-		err := h.lease.Renew(h.ctx)
+		// Bounded by the lease's local deadline: a renewal that answers
+		// later is worth nothing, and some clients (go-redis) bound a call
+		// only by its context's deadline, not by its cancellation
+		// (review20: a renewal to a frozen Redis held Release 4–5s).
+		rctx, cancel := context.WithDeadline(h.ctx, h.lease.Deadline().Add(-h.g.drift))
+		err := h.lease.Renew(rctx)
+		cancel()
 		switch {
 		case h.ctx.Err() != nil:
 			return // released or lost meanwhile; the renewal does not count
@@ -219,7 +225,15 @@ func (h *hold) release(ctx context.Context) error {
 		h.cancel(ErrReleased)
 	}
 	h.timer.Stop()
-	<-h.done // no renewal runs after this point
+	// No renewal is sent after this point; one in flight is waited for
+	// while ctx lasts (it is bounded by the lease's deadline anyway). One
+	// still in flight when ctx ends cannot extend the lock past the
+	// release: the renewal extends only this grant, which the release
+	// deletes, and a renewal that arrives after finds it gone.
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+	}
 
 	err := h.lease.Release(ctx)
 	if !wasHeld {

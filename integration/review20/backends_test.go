@@ -26,11 +26,11 @@ type backend struct {
 }
 
 var backends = []backend{
-	{"redislock", 1500 * time.Millisecond, "guard's keep-alive renews with a context without a deadline, which go-redis ignores; Release waits for that renewal (guard/lease.go:158, :226)", func(t *testing.T) (locks.Locker, *servers.Server) {
+	{"redislock", 1500 * time.Millisecond, "", func(t *testing.T) (locks.Locker, *servers.Server) {
 		srv := servers.NewRedis(t)
 		return redisLocker(t, redisClient(t, srv.Addr()), "r20:lock:"), srv
 	}},
-	{"etcdlock", 2 * time.Second, "etcdlock's Lease.Lost blocks in clientv3.Watch while etcd does not answer; guard's keep-alive calls it, and Release waits for the keep-alive (etcdlock.go:636, guard/lease.go:144, :226)", func(t *testing.T) (locks.Locker, *servers.Server) {
+	{"etcdlock", 2 * time.Second, "", func(t *testing.T) (locks.Locker, *servers.Server) {
 		srv := servers.NewEtcd(t)
 		l, err := etcdlock.New(etcdClient(t, srv.Addr()), etcdlock.Options{Prefix: "/r20/lock/"})
 		if err != nil {

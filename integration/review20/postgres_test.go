@@ -287,14 +287,13 @@ func TestHeldPostgresTxFaultedMidTransaction(t *testing.T) {
 	}
 }
 
-// TestDefectPostgresTxRollbackOutlastsDeadline: fn returns (its context
+// TestPostgresTxRollbackByDeadline: fn returns (its context
 // ended, or an error of its own) while PostgreSQL is frozen or blackholed
 // and nothing of pgx's is in flight: Tx's rollback then runs on a context of
 // its own bounded by cleanupTimeout (10s, storage/postgres/tx.go:18 and
 // rollback at tx.go:292-296), and Tx returns up to 10s after its caller's
 // deadline.
-func TestDefectPostgresTxRollbackOutlastsDeadline(t *testing.T) {
-	defect(t, "Tx's rollback waits up to 10s past the caller's deadline when fn returns while the server does not answer")
+func TestPostgresTxRollbackByDeadline(t *testing.T) {
 	e := newPG(t)
 	for _, f := range pgFaults {
 		for _, k := range []*postgres.Tokens{e.k, e.lazy} {
@@ -316,11 +315,10 @@ func TestDefectPostgresTxRollbackOutlastsDeadline(t *testing.T) {
 	}
 }
 
-// TestDefectPostgresTxErrorRollbackBlocks is the same with fn failing on
+// TestPostgresTxErrorRollbackByDeadline is the same with fn failing on
 // its own (no context involved) while the server is frozen: Tx returns fn's
 // error only after the 10s clean-up bound.
-func TestDefectPostgresTxErrorRollbackBlocks(t *testing.T) {
-	defect(t, "Tx's rollback after fn's own error blocks up to 10s with the server frozen")
+func TestPostgresTxErrorRollbackByDeadline(t *testing.T) {
 	e := newPG(t)
 	res := "rb-err"
 	errFn := errors.New("fn failed")

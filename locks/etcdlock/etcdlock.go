@@ -625,7 +625,8 @@ var (
 // comes back; the holder's local deadline (see package guard) covers that.
 //
 // The first call starts the watch (one goroutine and one watcher on the
-// client's require-leader stream). [Lease.Release] ends it and waits for
+// client's require-leader stream) and returns at once, the server frozen
+// or not. [Lease.Release] ends it and waits for
 // its goroutine: the channel may close while Release deletes the key (a
 // deletion like any other), never after Release returned.
 func (s *Lease) Lost() <-chan struct{} {
@@ -633,9 +634,13 @@ func (s *Lease) Lost() <-chan struct{} {
 		s.watchDone = make(chan struct{})
 		ctx, stop := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
 		s.stopWatch = stop
-		wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		go func() {
 			defer close(s.watchDone)
+			// In the goroutine: clientv3's Watch waits for its stream, which
+			// a frozen server never opens, and Lost must return at once
+			// (review20: guard's keep-alive, which calls Lost first, never
+			// renewed, and its Release waited for the thaw).
+			wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 			why := s.follow(ctx, wch)
 			if ctx.Err() != nil {
 				return // stopped by Release

@@ -365,7 +365,13 @@
 //     by ReadTimeout and WriteTimeout (3s by default), not by the context:
 //     a connection that hangs without failing (a blackholed network, a
 //     frozen server) can hold a call past its deadline. Set it (or short
-//     timeouts) to have the context bound every call.
+//     timeouts) to have the context's deadline bound every call. Its
+//     cancellation does not: go-redis sets the socket's deadline from
+//     the context's deadline and does not watch ctx.Done(), so a call on
+//     a silent connection whose context is cancelled without a deadline
+//     returns at ReadTimeout, with an error matching context.Canceled.
+//     Give calls a deadline (package guard bounds its renewals by the
+//     lease's deadline).
 //   - MaxRetries and DialerRetries: go-redis retries a refused dial itself,
 //     and when its retries run into the deadline it reports only the
 //     context's error. With MaxRetries: -1 the refusal comes back at once

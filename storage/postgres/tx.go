@@ -286,13 +286,28 @@ func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, resource string, t 
 	return nil
 }
 
-// rollback ends tx on a fresh, bounded context. A failed rollback closes
-// the connection (pgx does so), which ends the transaction on the server
-// just the same.
+// rollbackGrace is how long past the caller's deadline (or after its
+// context ended) a rollback may take.
+const rollbackGrace = 100 * time.Millisecond
+
+// rollback ends tx on a fresh context: the caller's may be the reason for
+// it, and already over. It is bounded by cleanupTimeout, and by the
+// caller's deadline plus rollbackGrace — a call returns by its deadline
+// even with PostgreSQL frozen (review20: a Tx returned 10s after a 500ms
+// deadline, the rollback waiting out cleanupTimeout). A rollback cut short
+// closes the connection (pgx does so), which ends the transaction on the
+// server just the same: nothing of it commits.
 func rollback(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	bound := cleanupTimeout
+	if d, ok := ctx.Deadline(); ok {
+		bound = min(bound, max(time.Until(d), 0)+rollbackGrace)
+	}
+	if ctx.Err() != nil {
+		bound = min(bound, rollbackGrace)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
-	_ = tx.Rollback(ctx)
+	_ = tx.Rollback(rctx)
 }
 
 // closedTx returns a pgx.Tx whose every method fails with
