@@ -34,8 +34,11 @@
 //     TTL·Drift, so the holder gives up before the server would.
 //
 // [Lease.Release] cancels the lease context, stops the goroutine and waits
-// for it, and only then releases the lock: no renewal runs after Release
-// returns. A lease that is lost stops its goroutine too; a lease that is
+// for it, and only then releases the lock: no renewal is sent after
+// Release returns. A renewal in flight (each is bounded by the lease's
+// local deadline) is waited for only while Release's context lasts; one
+// still in flight when it ends extends at most this grant, which the
+// release deletes. A lease that is lost stops its goroutine too; a lease that is
 // never released keeps renewing — always Release (Do does it for you).
 //
 // # Re-entrancy

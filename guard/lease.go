@@ -56,8 +56,9 @@ func (l *Lease) Unwrap() locks.Lease { return l.h.lease }
 // Nested reports whether this is a nested hold of an outer lease.
 func (l *Lease) Nested() bool { return l.nested }
 
-// Release cancels the lease context, stops the keep-alive and waits for it,
-// then releases the lock. It returns a [*LostError] when the lease had been
+// Release cancels the lease context, stops the keep-alive and waits for it
+// (while ctx lasts: a renewal in flight to a frozen server is not waited
+// out), then releases the lock. It returns a [*LostError] when the lease had been
 // lost (or the release found it no longer held), and an error from the
 // locker when the release could not be made; the lock then expires at the
 // end of its TTL. Releasing a nested hold does nothing but report a loss.
