@@ -748,3 +748,27 @@ func (s *suite) unreachable(t *testing.T, field string, setup func(*testing.T) (
 	check("Renew", lease.Renew, false)
 	check("Release", lease.Release, false)
 }
+
+// CutShort calls each of calls rounds times, each with a context whose
+// deadline is d away, against a service that answers nothing (paused,
+// blackholed), and fails t unless every call returns within
+// [DeadlineSlack] of its deadline with an error matching
+// context.DeadlineExceeded. Many rounds of short deadlines test the race
+// between a client's socket deadline and the context's own timer.
+func CutShort(t *testing.T, ctx context.Context, calls map[string]func(context.Context) error, rounds int, d time.Duration) {
+	t.Helper()
+	for round := range rounds {
+		for name, call := range calls {
+			cctx, cancel := context.WithTimeout(ctx, d)
+			start := time.Now()
+			err := call(cctx)
+			cancel()
+			if late := time.Since(start) - d; late > DeadlineSlack {
+				t.Errorf("round %d, %s returned %v past its deadline", round, name, late)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d, %s against a silent service: %v, want an error matching context.DeadlineExceeded", round, name, err)
+			}
+		}
+	}
+}

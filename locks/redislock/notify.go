@@ -30,9 +30,12 @@ func notifier(c Client) waker {
 	return subscriber(c)
 }
 
-func subscriber(c interface {
+// pubSubber is what subscriber needs of a go-redis client.
+type pubSubber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}) *rnotify.Notifier {
+}
+
+func subscriber(c pubSubber) *rnotify.Notifier {
 	return rnotify.New(rnotify.Client{
 		Open:   func(ctx context.Context) rnotify.PubSub { return c.Subscribe(ctx) },
 		Decode: decodePubSub,
@@ -114,7 +117,7 @@ func (m *masterNotifier) Register(ctx context.Context, channel, id string) (<-ch
 	// Before the lock: it loads the slot map when the client has none.
 	node, err := m.router.MasterForKey(ctx, channel)
 	if err != nil {
-		node = nil
+		node = nil // the fallback's subscriber
 	}
 	wake, err := m.registerOn(ctx, node, channel, id)
 	if err != nil && node != nil && !errors.Is(err, rnotify.ErrClosed) && ctx.Err() == nil {
@@ -136,17 +139,13 @@ func (m *masterNotifier) registerOn(ctx context.Context, node *redis.Client, cha
 		m.mu.Unlock()
 		return nil, rnotify.ErrClosed
 	}
-	addr := fallbackAddr
+	addr, src := fallbackAddr, pubSubber(m.fallback)
 	if node != nil {
-		addr = node.Options().Addr
+		addr, src = node.Options().Addr, node
 	}
 	nn := m.byAddr[addr]
 	if nn == nil {
-		if node != nil {
-			nn = &nodeNotifier{addr: addr, n: subscriber(node)}
-		} else {
-			nn = &nodeNotifier{addr: addr, n: subscriber(m.fallback)}
-		}
+		nn = &nodeNotifier{addr: addr, n: subscriber(src)}
 		m.byAddr[addr] = nn
 	}
 	if nn.linger != nil {

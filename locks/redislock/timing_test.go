@@ -120,20 +120,7 @@ func TestCallsCutShortMatchTheDeadline(t *testing.T) {
 		"Claim":      func(ctx context.Context) error { return fence.Claim(ctx, "r", held.Token()+1) },
 		"HighWater":  func(ctx context.Context) error { _, err := fence.HighWater(ctx, "r"); return err },
 	}
-	for round := 0; round < 15; round++ {
-		for name, call := range calls {
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-			start := time.Now()
-			err := call(cctx)
-			cancel()
-			if late := time.Since(start) - 20*time.Millisecond; late > lockstest.DeadlineSlack {
-				t.Errorf("round %d, %s returned %v past its deadline", round, name, late)
-			}
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("round %d, %s against a paused server: %v, want an error matching context.DeadlineExceeded", round, name, err)
-			}
-		}
-	}
+	lockstest.CutShort(t, ctx, calls, 15, 20*time.Millisecond)
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}

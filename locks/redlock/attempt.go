@@ -1,9 +1,11 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"time"
 
+	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -109,9 +111,16 @@ func (a *attempt) granted() bool { return a.wrote >= a.quorum }
 
 // unreachable reports whether too many nodes failed to answer for any
 // quorum to be possible, and says so.
-func (a *attempt) unreachable() error {
+func (a *attempt) unreachable(ctx context.Context) error {
 	if len(a.errs) <= a.n-a.quorum {
 		return nil
 	}
-	return &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}
+	return a.quorumErr(ctx, len(a.errs))
+}
+
+// quorumErr is the [*QuorumError] of an attempt on which failed nodes did
+// not answer, with ctx's error added when ctx is what cut it short
+// ([ctxerr.Wrap]).
+func (a *attempt) quorumErr(ctx context.Context, failed int) error {
+	return ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: failed, Err: errors.Join(a.errs...)})
 }

@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -52,18 +51,5 @@ func TestCallsCutShortMatchTheDeadline(t *testing.T) {
 		"Issued":     func(ctx context.Context) error { _, err := l.Issued(ctx, "held"); return err },
 		"Current":    func(ctx context.Context) error { _, err := seq.Current(ctx, "held"); return err },
 	}
-	for round := 0; round < 15; round++ {
-		for name, call := range calls {
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-			start := time.Now()
-			err := call(cctx)
-			cancel()
-			if late := time.Since(start) - 20*time.Millisecond; late > lockstest.DeadlineSlack {
-				t.Errorf("round %d, %s returned %v past its deadline", round, name, late)
-			}
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("round %d, %s against paused nodes: %v, want an error matching context.DeadlineExceeded", round, name, err)
-			}
-		}
-	}
+	lockstest.CutShort(t, ctx, calls, 15, 20*time.Millisecond)
 }

@@ -284,8 +284,8 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 	if rangeErr != nil {
 		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, rangeErr)
 	}
-	if err := a.unreachable(); err != nil {
-		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, ctxerr.Wrap(ctx, err))
+	if err := a.unreachable(ctx); err != nil {
+		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	if a.taken() {
 		return nil, held, max(a.wait, time.Millisecond), nil
@@ -580,7 +580,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 		answered++
 	})
 	if answered < a.quorum {
-		return 0, ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: a.n - answered, Err: errors.Join(a.errs...)})
+		return 0, a.quorumErr(ctx, a.n-answered)
 	}
 	return top, nil
 }
@@ -626,7 +626,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 		a.wroteBack(i, err == nil, err)
 	})
 	if !a.granted() {
-		return ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)})
+		return a.quorumErr(ctx, len(a.errs))
 	}
 	return nil
 }
@@ -709,7 +709,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 	case a.refused > a.n-a.quorum:
 		return locks.NotHeldError("renew", s.key, s.tok)
 	}
-	return fmt.Errorf("redlock: renew %q: %w", s.key, ctxerr.Wrap(ctx, &QuorumError{Need: a.quorum, Nodes: a.n, Failed: len(a.errs), Err: errors.Join(a.errs...)}))
+	return fmt.Errorf("redlock: renew %q: %w", s.key, a.quorumErr(ctx, len(a.errs)))
 }
 
 // Release implements [locks.Lease]: deletes the lock on every node that
