@@ -1,0 +1,152 @@
+package review21
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+)
+
+func redisLocker(t *testing.T, addr string) *redislock.Locker {
+	t.Helper()
+	l, err := redislock.New(redisClient(t, addr), redislock.Options{Prefix: "r21"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// A renewal in flight to a frozen Redis: Release returns by its deadline,
+// the lease's context is done, and the keep-alive goroutine is gone once
+// the lease's deadline has passed, with Redis still frozen.
+func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
+	srv := servers.NewRedis(t)
+	g := newGuard(t, redisLocker(t, srv.Addr()), 1200*time.Millisecond, 250*time.Millisecond)
+	l, err := g.Acquire(ctxFor(t, 2*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := goleak.IgnoreCurrent()
+	time.Sleep(200 * time.Millisecond)
+	pause(t, srv)
+	time.Sleep(150 * time.Millisecond) // the renewal at 250ms is in flight
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	start := time.Now()
+	rerr := l.Release(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > 150*time.Millisecond+slack {
+		t.Errorf("Release took %v with a 150ms deadline", took)
+	}
+	if rerr == nil {
+		t.Errorf("Release over a frozen Redis returned nil")
+	}
+	if !errors.Is(context.Cause(l.Context()), guard.ErrReleased) {
+		t.Errorf("lease context cause = %v, want ErrReleased", context.Cause(l.Context()))
+	}
+	dl := l.Deadline()
+	time.Sleep(time.Until(dl) + 100*time.Millisecond)
+	// Redis still frozen: the renewal in flight must have given up by now.
+	goleak.VerifyNone(t, base)
+	resume(t, srv)
+}
+
+// A renewal in flight when Release gives up, Redis frozen only briefly:
+// the renewal is still in Redis's socket buffer and runs when Redis
+// thaws, after Release returned, unless the client dropped it. The lock
+// must be free again by the lease's deadline as the holder knew it; a
+// late renewal would push it a whole TTL past the thaw (held: go-redis
+// drops the cancelled call's connection). Also checks the next holder's token order.
+func TestGuardLateRenewalAfterReleaseExtendsLock(t *testing.T) {
+	srv := servers.NewRedis(t)
+	const ttl = 1500 * time.Millisecond
+	g := newGuard(t, redisLocker(t, srv.Addr()), ttl, 300*time.Millisecond)
+	g2 := newGuard(t, redisLocker(t, srv.Addr()), ttl, 300*time.Millisecond)
+	l, err := g.Acquire(ctxFor(t, 2*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	pause(t, srv)
+	time.Sleep(200 * time.Millisecond) // the renewal at 300ms is in flight
+	dl := l.Deadline()                 // no renewal answered since the acquire
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	rerr := l.Release(ctx)
+	cancel()
+	t.Logf("Release over a frozen Redis: %v", rerr)
+	time.Sleep(thawAfter) // thaw well before the key expires
+	resume(t, srv)
+	raw := redisClient(t, srv.Addr())
+	keys, _ := raw.Keys(ctxFor(t, time.Second), "r21*").Result()
+	for _, k := range keys {
+		pttl, _ := raw.PTTL(ctxFor(t, time.Second), k).Result()
+		t.Logf("after the thaw: %s PTTL %v (the holder's deadline is in %v)", k, pttl, time.Until(dl).Round(time.Millisecond))
+	}
+	var l2 *guard.Lease
+	for time.Now().Before(dl.Add(3 * time.Second)) {
+		l2, err = g2.TryAcquire(ctxFor(t, time.Second), "k")
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l2 == nil {
+		t.Fatalf("second holder never got the lock: %v", err)
+	}
+	late := time.Since(dl)
+	defer l2.Release(ctxFor(t, time.Second))
+	if l2.Token() <= l.Token() {
+		t.Errorf("second holder's token %v not above the first's %v", l2.Token(), l.Token())
+	}
+	t.Logf("lock free %v after the released lease's deadline", late)
+	if late > 300*time.Millisecond {
+		t.Errorf("the lock stayed taken %v past the released lease's deadline %v: a late renewal extended it", late, dl)
+	}
+}
+
+// Redis delayed, not frozen: a renewal is in flight when Release is
+// called with a deadline long enough for one round trip plus the rest of
+// the renewal. Release must both return by its deadline and release.
+func TestGuardReleaseDelayedRedis(t *testing.T) {
+	srv := servers.NewRedis(t)
+	p := servers.NewProxy(t, srv.Addr())
+	g := newGuard(t, redisLocker(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
+	g2 := newGuard(t, redisLocker(t, srv.Addr()), 3*time.Second, time.Second)
+	l, err := g.Acquire(ctxFor(t, 2*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if err := p.Delay(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the renewal at 500ms is in flight, 300ms round trip
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	start := time.Now()
+	rerr := l.Release(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > 700*time.Millisecond+slack {
+		t.Errorf("Release took %v with a 700ms deadline", took)
+	}
+	if rerr != nil {
+		t.Errorf("Release with 700ms over a 300ms-delayed Redis: %v", rerr)
+	}
+	l2, err := g2.TryAcquire(ctxFor(t, time.Second), "k")
+	if err != nil {
+		t.Errorf("lock not free after a successful Release: %v", err)
+		return
+	}
+	_ = l2.Release(ctxFor(t, time.Second))
+}
+
+// thawAfter is how long after Release gave up Redis stays frozen: at once,
+// so that the renewal in flight would still find the key.
+const thawAfter = 0 * time.Millisecond
