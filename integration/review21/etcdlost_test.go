@@ -160,3 +160,22 @@ func TestEtcdLostFrozen(t *testing.T) {
 	}
 	_ = s.Release(ctxFor(t, 2*time.Second))
 }
+
+// The grant's lease revoked (its key expires with it) right after Lost is
+// called: reported.
+func TestEtcdLostExpiryRightAfterLost(t *testing.T) {
+	db := servers.Etcd(t)
+	l := etcdLocker(t, db.Endpoints[0])
+	raw := etcdClient(t, db.Endpoints[0])
+	for i := 0; i < 3; i++ {
+		s := etcdLease(t, l, "expiry")
+		ch := s.Lost()
+		if _, err := raw.Revoke(ctxFor(t, 2*time.Second), s.LeaseID()); err != nil {
+			t.Fatal(err)
+		}
+		if !closedWithin(ch, 3*time.Second) {
+			t.Fatalf("round %d: lease revoked right after Lost: not reported in 3s", i)
+		}
+		_ = s.Release(ctxFor(t, time.Second))
+	}
+}

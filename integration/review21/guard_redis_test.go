@@ -119,6 +119,15 @@ func TestGuardReleaseDelayedRedis(t *testing.T) {
 	p := servers.NewProxy(t, srv.Addr())
 	g := newGuard(t, redisLocker(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
 	g2 := newGuard(t, redisLocker(t, srv.Addr()), 3*time.Second, time.Second)
+	// Load the release script first: a first release on a fresh server
+	// takes two round trips (EVALSHA, NOSCRIPT, EVAL).
+	w, err := g.Acquire(ctxFor(t, 2*time.Second), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Release(ctxFor(t, 2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	l, err := g.Acquire(ctxFor(t, 2*time.Second), "k")
 	if err != nil {
 		t.Fatal(err)
@@ -150,3 +159,28 @@ func TestGuardReleaseDelayedRedis(t *testing.T) {
 // thawAfter is how long after Release gave up Redis stays frozen: at once,
 // so that the renewal in flight would still find the key.
 const thawAfter = 0 * time.Millisecond
+
+// Observation, not a claim: a renewal in flight to a Redis delayed 300ms
+// (just sent) and Release with 450ms: one round trip fits, but Release
+// spends its first ~300ms waiting for the renewal, and the release then
+// misses its deadline. Logged only: the doc says Release waits for the
+// renewal while ctx lasts.
+func TestGuardReleaseDelayedWaitsOutRenewal(t *testing.T) {
+	srv := servers.NewRedis(t)
+	p := servers.NewProxy(t, srv.Addr())
+	g := newGuard(t, redisLocker(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
+	l, err := g.Acquire(ctxFor(t, 2*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := p.Delay(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(120 * time.Millisecond) // the renewal at 500ms was just sent
+	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+	start := time.Now()
+	rerr := l.Release(ctx)
+	cancel()
+	t.Logf("Release(450ms) over a 300ms-delayed Redis, renewal in flight: %v after %v", rerr, time.Since(start))
+}

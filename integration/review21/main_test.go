@@ -73,7 +73,7 @@ func newGuard(t *testing.T, l locks.Locker, ttl, every time.Duration) *guard.Gua
 }
 
 func redisClient(t *testing.T, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

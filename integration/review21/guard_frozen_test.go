@@ -1,0 +1,109 @@
+package review21
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/zklock"
+)
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
+
+// frozenRelease holds key through g, freezes srv while a renewal is in
+// flight, and checks that Release returns by its 200ms deadline. Then it
+// thaws srv and checks that a second Guard gets the lock, with a higher
+// token, once the first grant expired: no late renewal resurrected it.
+func frozenRelease(t *testing.T, srvs []*servers.Server, l1, l2 locks.Locker, ttl, every time.Duration) {
+	t.Helper()
+	g := newGuard(t, l1, ttl, every)
+	g2 := newGuard(t, l2, ttl, every)
+	l, err := g.Acquire(ctxFor(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(every - 50*time.Millisecond)
+	for _, s := range srvs {
+		pause(t, s)
+	}
+	time.Sleep(150 * time.Millisecond) // a renewal is in flight
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	rerr := l.Release(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > 200*time.Millisecond+slack {
+		t.Errorf("Release took %v with a 200ms deadline, servers frozen", took)
+	}
+	t.Logf("Release with the servers frozen: %v after %v", rerr, took)
+	if rerr == nil || !errors.Is(rerr, context.DeadlineExceeded) {
+		t.Errorf("Release cut short by its deadline: err = %v, want it to match context.DeadlineExceeded", rerr)
+	}
+	select {
+	case <-l.Context().Done():
+	default:
+		t.Errorf("lease context not done after Release")
+	}
+	for _, s := range srvs {
+		resume(t, s)
+	}
+	l2x, err := g2.Acquire(ctxFor(t, ttl+5*time.Second), "k")
+	if err != nil {
+		t.Fatalf("second holder: %v", err)
+	}
+	if l2x.Token() <= l.Token() {
+		t.Errorf("second holder's token %v not above the first's %v", l2x.Token(), l.Token())
+	}
+	if err := l2x.Release(ctxFor(t, 2*time.Second)); err != nil {
+		t.Errorf("second holder's release: %v", err)
+	}
+}
+
+func TestGuardReleaseFrozenEtcd(t *testing.T) {
+	srv := servers.NewEtcd(t)
+	frozenRelease(t, []*servers.Server{srv}, etcdLocker(t, srv.Addr()), etcdLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
+}
+
+func zkLocker(t *testing.T, addr string) *zklock.Locker {
+	t.Helper()
+	l, err := zklock.New([]string{addr}, zklock.Options{Prefix: "/r21/lock", Logger: quietZK{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestGuardReleaseFrozenZooKeeper(t *testing.T) {
+	srv := servers.NewZooKeeper(t)
+	frozenRelease(t, []*servers.Server{srv}, zkLocker(t, srv.Addr()), zkLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
+}
+
+func redlockLocker(t *testing.T, srvs []*servers.Server) *redlock.Locker {
+	t.Helper()
+	var nodes []redlock.Client
+	for _, s := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		nodes = append(nodes, c)
+	}
+	l, err := redlock.New(nodes, redlock.Options{Prefix: "r21"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestGuardReleaseFrozenRedlock(t *testing.T) {
+	srvs := servers.NewRedisN(t, 3)
+	frozenRelease(t, srvs, redlockLocker(t, srvs), redlockLocker(t, srvs), 3*time.Second, 600*time.Millisecond)
+}
