@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redlock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -106,4 +107,53 @@ func redlockLocker(t *testing.T, srvs []*servers.Server) *redlock.Locker {
 func TestGuardReleaseFrozenRedlock(t *testing.T) {
 	srvs := servers.NewRedisN(t, 3)
 	frozenRelease(t, srvs, redlockLocker(t, srvs), redlockLocker(t, srvs), 3*time.Second, 600*time.Millisecond)
+}
+
+// etcd frozen while a renewal (a keep-alive of the grant's lease, maybe
+// pooled) is in flight, Release cut short, etcd thawed at once: the
+// grant's key must be gone by the released lease's deadline; a keep-alive
+// etcd read from its socket after the thaw would keep it a TTL longer.
+func TestGuardEtcdLateKeepAliveAfterRelease(t *testing.T) {
+	srv := servers.NewEtcd(t)
+	const ttl, every = 2 * time.Second, 400 * time.Millisecond
+	g := newGuard(t, etcdLocker(t, srv.Addr()), ttl, every)
+	g2 := newGuard(t, etcdLocker(t, srv.Addr()), ttl, every)
+	l, err := g.Acquire(ctxFor(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(every - 50*time.Millisecond)
+	pause(t, srv)
+	time.Sleep(150 * time.Millisecond) // the renewal is in flight
+	dl := l.Deadline()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	rerr := l.Release(ctx)
+	cancel()
+	t.Logf("Release with etcd frozen: %v", rerr)
+	resume(t, srv)
+	if el, ok := locks.LeaseAs[*etcdlock.Lease](l.Unwrap()); ok {
+		raw := etcdClient(t, srv.Addr())
+		time.Sleep(50 * time.Millisecond)
+		if r, err := raw.TimeToLive(ctxFor(t, 2*time.Second), el.LeaseID()); err == nil {
+			t.Logf("after the thaw: lease TTL left %ds, the holder's deadline in %v", r.TTL, time.Until(dl).Round(time.Millisecond))
+			if time.Duration(r.TTL)*time.Second > time.Until(dl)+time.Second {
+				t.Errorf("lease has %ds left, the holder's deadline is in %v: a keep-alive landed after Release returned", r.TTL, time.Until(dl))
+			}
+		}
+	}
+	l2, err := g2.Acquire(ctxFor(t, ttl+5*time.Second), "k")
+	if err != nil {
+		t.Fatalf("second holder: %v", err)
+	}
+	late := time.Since(dl)
+	t.Logf("second holder got the lock %v after the released lease's deadline", late)
+	if l2.Token() <= l.Token() {
+		t.Errorf("second holder's token %v not above the first's %v", l2.Token(), l.Token())
+	}
+	_ = l2.Release(ctxFor(t, 2*time.Second))
+	// etcd expires leases on its leader's clock, in whole seconds (TTL 2s
+	// asked: 2s, from the last keep-alive it served): allow a second.
+	if late > time.Second+500*time.Millisecond {
+		t.Errorf("the lock stayed taken %v past the released lease's deadline: a late keep-alive extended it", late)
+	}
 }
