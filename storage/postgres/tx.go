@@ -41,7 +41,11 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //   - fn returns an error: rollback, and that error is returned as is.
 //   - fn panics: rollback, and the panic carries on.
 //   - ctx is cancelled: the statement in flight fails, and the transaction
-//     is rolled back rather than committed.
+//     is rolled back rather than committed — unless the cancellation
+//     comes while the COMMIT itself is on its way: then Tx returns the
+//     context's error but the server may have committed (review21 saw it
+//     commit), as with any statement already sent. After a commit error,
+//     read the outcome back (the mark, fn's rows) before retrying.
 //
 // An empty resource and a zero t are taken from ctx ([token.FromContext]);
 // the context's token is used only for the context's own resource key.
