@@ -121,7 +121,7 @@ var (
 
 // TTLError is returned by [New] when Options.TTL is below the locker's
 // minimum ([locks.MinTTLer]): every acquire would fail with
-// [locks.ErrInvalid]. It unwraps to [ErrBadOptions] and [locks.ErrInvalid].
+// [locks.ErrInvalidArgument]. It unwraps to [ErrBadOptions] and [locks.ErrInvalidArgument].
 type TTLError struct {
 	TTL, Min time.Duration
 }
@@ -130,8 +130,8 @@ func (e *TTLError) Error() string {
 	return fmt.Sprintf("guard: bad options: TTL %v is below the locker's minimum %v", e.TTL, e.Min)
 }
 
-// Unwrap returns [ErrBadOptions] and [locks.ErrInvalid].
-func (e *TTLError) Unwrap() []error { return []error{ErrBadOptions, locks.ErrInvalid} }
+// Unwrap returns [ErrBadOptions] and [locks.ErrInvalidArgument].
+func (e *TTLError) Unwrap() []error { return []error{ErrBadOptions, locks.ErrInvalidArgument} }
 
 // LostError is the cause of a lease context cancelled because the lease was
 // lost. It unwraps to [ErrLost] and to the reason: an error wrapping
@@ -212,7 +212,7 @@ func (g *Guard) acquire(ctx context.Context, key string, try func(context.Contex
 		var p permanent
 		// A bad argument, or a token counter at its ceiling, will not mend
 		// by retrying.
-		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalid) && !errors.Is(err, token.ErrRange) && !errors.As(err, &p) {
+		if ctx.Err() == nil && !errors.Is(err, locks.ErrInvalidArgument) && !errors.Is(err, token.ErrRange) && !errors.As(err, &p) {
 			if !warned {
 				warned = true
 				g.o.Logger.Warn("fenceguard: lock service unreachable; retrying", "key", key, "err", err)

@@ -401,8 +401,8 @@ func TestAcquireDoesNotRetryBadArguments(t *testing.T) {
 	g := newGuard(t, memlock.New(), guard.Options{TTL: time.Second})
 	start := time.Now()
 	_, err := g.Acquire(testCtx(t), "")
-	if !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("Acquire(\"\") = %v, want ErrInvalid", err)
+	if !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Fatalf("Acquire(\"\") = %v, want ErrInvalidArgument", err)
 	}
 	if time.Since(start) > 100*time.Millisecond {
 		t.Error("an invalid argument was retried")

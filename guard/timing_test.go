@@ -85,8 +85,8 @@ func TestNewRejectsTTLBelowLockerMinimum(t *testing.T) {
 	if !errors.As(err, &te) || te.Min != memlock.MinTTL || te.TTL != memlock.MinTTL/2 {
 		t.Fatalf("New with a TTL below memlock's minimum = %v, want a *TTLError{TTL: %v, Min: %v}", err, memlock.MinTTL/2, memlock.MinTTL)
 	}
-	if !errors.Is(err, guard.ErrBadOptions) || !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf("%v: want ErrBadOptions and locks.ErrInvalid", err)
+	if !errors.Is(err, guard.ErrBadOptions) || !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf("%v: want ErrBadOptions and locks.ErrInvalidArgument", err)
 	}
 	if _, err := guard.New(ml, guard.Options{TTL: memlock.MinTTL}); err != nil {
 		t.Errorf("New at the minimum TTL: %v", err)

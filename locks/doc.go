@@ -40,8 +40,9 @@
 //   - [ErrNotHeld]: Renew or Release of a grant that is no longer held (it
 //     expired, was taken over or was deleted). The holder has lost the lock
 //     and may already have been overtaken.
-//   - [ErrInvalid]: a bad argument (empty key, TTL too short for the
-//     backend); nothing was sent to the server.
+//   - [ErrInvalidArgument]: a bad argument (empty key, TTL too short for
+//     the backend, unusable options); nothing was sent to the server.
+//   - [ErrClosed]: the locker was used after its Close.
 //
 // Any other error is a failure to reach or use the lock service; the state
 // of the lock is then unknown. Callers test errors with [errors.Is].

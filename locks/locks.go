@@ -67,7 +67,7 @@ type LossNotifier interface {
 
 // MinTTLer is implemented by lockers that refuse leases shorter than a
 // minimum (the backend's resolution or its server's floor): Acquire and
-// TryAcquire with a smaller TTL fail with [ErrInvalid]. Package guard asks
+// TryAcquire with a smaller TTL fail with [ErrInvalidArgument]. Package guard asks
 // for it so that a Guard whose TTL is too short fails at construction, not
 // at its first acquire. A locker that wraps another (tracing, metrics)
 // should pass the inner locker's minimum on.
@@ -112,11 +112,21 @@ func LeaseAs[T any](l Lease) (T, bool) {
 	return zero, false
 }
 
-// Sentinel errors, tested with [errors.Is].
+// Sentinel errors, tested with [errors.Is]. Every backend's errors match
+// them.
 var (
+	// ErrNotObtained: TryAcquire found the lock held by another.
 	ErrNotObtained = errors.New("lock not obtained: held by another")
-	ErrNotHeld     = errors.New("lock not held: the lease expired or was taken over")
-	ErrInvalid     = errors.New("invalid lock argument")
+	// ErrNotHeld: the grant is no longer held (expired, taken over, deleted).
+	ErrNotHeld = errors.New("lock not held: the lease expired or was taken over")
+	// ErrInvalidArgument: a bad key, TTL or option at call time; nothing
+	// was sent to the server.
+	ErrInvalidArgument = errors.New("invalid lock argument")
+	// ErrClosed: the locker was used after its Close.
+	ErrClosed = errors.New("locker closed")
+
+	// Deprecated: use ErrInvalidArgument, the same error.
+	ErrInvalid = ErrInvalidArgument
 )
 
 // CheckArgs validates the arguments of an acquire: a non-empty key and a
@@ -124,10 +134,10 @@ var (
 // pass their own minimum (the backend's resolution).
 func CheckArgs(key string, ttl, minTTL time.Duration) error {
 	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+		return fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
 	if ttl < minTTL {
-		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, minTTL)
+		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalidArgument, ttl, minTTL)
 	}
 	return nil
 }

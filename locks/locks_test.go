@@ -27,7 +27,7 @@ func TestCheckArgs(t *testing.T) {
 		{"negative ttl", "k", -time.Second, false},
 	} {
 		err := locks.CheckArgs(tc.key, tc.ttl, time.Millisecond)
-		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, locks.ErrInvalid)) {
+		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, locks.ErrInvalidArgument)) {
 			t.Errorf("%s: CheckArgs = %v", tc.name, err)
 		}
 	}

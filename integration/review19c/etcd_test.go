@@ -408,7 +408,7 @@ func TestHeldCloseRevokesPooledAndRefreshingLeases(t *testing.T) {
 			t.Errorf("lease %x alive after Close: TTL %d", asEtcd(t, ls).LeaseID(), tl.TTL)
 		}
 	}
-	if _, err := l.Acquire(ctx, "x", ttl); !errors.Is(err, etcdlock.ErrClosed) {
+	if _, err := l.Acquire(ctx, "x", ttl); !errors.Is(err, locks.ErrClosed) {
 		t.Fatalf("acquire after Close: %v", err)
 	}
 }

@@ -34,8 +34,8 @@ const MinTTL = time.Second
 
 const defaultPrefix = "/fenceguard/lock/"
 
-// ErrClosed is returned by calls on a closed Locker.
-var ErrClosed = errors.New("etcdlock: locker closed")
+// errClosed is returned by calls on a closed Locker.
+var errClosed = fmt.Errorf("etcdlock: %w", locks.ErrClosed)
 
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
@@ -85,7 +85,7 @@ func (l *Locker) MinTTL() time.Duration { return MinTTL }
 // New returns a Locker on c.
 func New(c Client, o Options) (*Locker, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalidArgument)
 	}
 	if o.Prefix == "" {
 		o.Prefix = defaultPrefix
@@ -99,7 +99,7 @@ func New(c Client, o Options) (*Locker, error) {
 // Close revokes the idle leases the locker keeps (those being refreshed
 // in the background once their keep-alive returns), waits for the clean-ups
 // of failed acquires still running in the background, and fails later
-// acquires with [ErrClosed]. Granted leases stay usable. It takes at most
+// acquires with [locks.ErrClosed]. Granted leases stay usable. It takes at most
 // about a second when etcd does not answer (the idle leases then lapse at
 // their TTL). Close is idempotent.
 func (l *Locker) Close() error {
@@ -158,7 +158,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return 0, nil, ErrClosed
+		return 0, nil, errClosed
 	}
 	for ls := l.idle[secs]; len(ls) > 0; ls = l.idle[secs] {
 		il := ls[len(ls)-1]
@@ -360,7 +360,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, ErrClosed) {
+			if errors.Is(err, locks.ErrNotObtained) || errors.Is(err, locks.ErrClosed) {
 				return nil, err
 			}
 			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {

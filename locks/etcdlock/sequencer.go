@@ -60,7 +60,7 @@ func NewSequencer(kv clientv3.KV, prefix string) *Sequencer {
 // forgeries, staleness is the fence's.
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("etcdlock: current: %w: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("etcdlock: current: %w: empty key", locks.ErrInvalidArgument)
 	}
 	resp, err := s.kv.Get(ctx, queuePrefix(s.prefix, key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if err != nil {

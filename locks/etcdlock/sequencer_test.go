@@ -282,7 +282,7 @@ func TestSequencerCurrent(t *testing.T) {
 	if got := current("a/b"); got != ab.Token() {
 		t.Errorf(`Current("a/b") = %d, want %d`, got, ab.Token())
 	}
-	if _, err := seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf(`Current("") = %v, want ErrInvalid`, err)
+	if _, err := seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf(`Current("") = %v, want ErrInvalidArgument`, err)
 	}
 }

@@ -244,8 +244,8 @@ func (s *suite) invalidArguments(t *testing.T) {
 			"Acquire": l.Acquire, "TryAcquire": l.TryAcquire,
 		} {
 			lease, err := acquire(ctx, tc.key, tc.ttl)
-			if !errors.Is(err, locks.ErrInvalid) {
-				t.Errorf("%s with %s: %v, want ErrInvalid", op, tc.name, err)
+			if !errors.Is(err, locks.ErrInvalidArgument) {
+				t.Errorf("%s with %s: %v, want ErrInvalidArgument", op, tc.name, err)
 			}
 			if lease != nil {
 				t.Errorf("%s with %s returned a lease", op, tc.name)

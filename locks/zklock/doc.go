@@ -140,7 +140,7 @@
 // call). The server clamps the timeout to [minSessionTimeout,
 // maxSessionTimeout], by default 2 and 20 ticks (4s and 40s):
 //
-//   - a TTL above the maximum fails with [locks.ErrInvalid]: the session
+//   - a TTL above the maximum fails with [locks.ErrInvalidArgument]: the session
 //     could expire, and another client be granted the lock, before the
 //     lease's deadline;
 //   - a TTL below the minimum is granted, with a longer session: the lease
@@ -248,13 +248,13 @@
 //
 // # Errors
 //
-// Besides the errors of package locks: [ErrClosed] after [Locker.Close];
+// Besides the errors of package locks ([locks.ErrClosed] after [Locker.Close]):
 // [ErrNoSession] from TryAcquire and Issued when no session came up within
 // Options.SessionWait (Acquire waits as long as its context allows);
 // connection and server errors come back wrapped, and mean the state of the
 // lock is unknown. The [locks.ErrNotHeld] of a lease says why it was lost.
 //
-// [Sequencer.Current] fails with [locks.ErrInvalid] for the empty key.
+// [Sequencer.Current] fails with [locks.ErrInvalidArgument] for the empty key.
 // [Fence] returns the errors of package token ([token.StaleError],
 // [token.ForgedError] from its check, [token.ErrMissing],
 // [token.ErrNoResource]).

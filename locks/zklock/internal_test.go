@@ -125,8 +125,8 @@ func TestNoSessionWithinSessionWait(t *testing.T) {
 	if _, err := l.Acquire(ctx, "k", 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Acquire: %v, want its context's deadline", err)
 	}
-	if _, err := New([]string{addr}, Options{SessionWait: -time.Second}); !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf("negative SessionWait: %v, want ErrInvalid", err)
+	if _, err := New([]string{addr}, Options{SessionWait: -time.Second}); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf("negative SessionWait: %v, want ErrInvalidArgument", err)
 	}
 }
 

@@ -86,13 +86,13 @@ func NewSequencer(c SequencerConn, prefix string) *Sequencer {
 }
 
 // Current implements [token.Sequencer]. An empty key fails with
-// [locks.ErrInvalid]; connection and server errors come back wrapped (the
+// [locks.ErrInvalidArgument]; connection and server errors come back wrapped (the
 // sequencer check then refuses: it fails closed). When ctx ends first,
 // Current returns ctx's error and the reads in flight finish in the
 // background.
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: empty key", locks.ErrInvalidArgument)
 	}
 	dir := s.prefix + "/" + escape(key)
 	var cur token.Token

@@ -278,8 +278,8 @@ func TestSequencerIdleKey(t *testing.T) {
 	if cur, err := seq.Current(ctx, "k"); err != nil || cur != 0 {
 		t.Fatalf("Current before any lock = %d, %v; want 0", cur, err)
 	}
-	if _, err := seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("Current of the empty key: %v, want ErrInvalid", err)
+	if _, err := seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Fatalf("Current of the empty key: %v, want ErrInvalidArgument", err)
 	}
 	l := newLocker(t, z.Addrs, prefix)
 	lease, err := l.Acquire(ctx, "k", 10*time.Second)

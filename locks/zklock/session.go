@@ -187,7 +187,7 @@ func (s *session) waitUp(ctx context.Context) (view, error) {
 		closed := s.closed
 		s.mu.Unlock()
 		if closed {
-			return view{}, ErrClosed
+			return view{}, errClosed
 		}
 		if v.up {
 			return v, nil
@@ -255,7 +255,7 @@ func (s *session) shutdown() {
 		return
 	}
 	for _, le := range lost {
-		le.lose(ErrClosed, true)
+		le.lose(errClosed, true)
 	}
 	<-s.dialed
 	if s.conn == nil {
@@ -355,7 +355,7 @@ func call[T any](ctx context.Context, l *Locker, fn func() (T, error), late func
 		ch <- result{v, err}
 		mu.Unlock()
 	}) {
-		return zero, ErrClosed
+		return zero, errClosed
 	}
 	select {
 	case r := <-ch:

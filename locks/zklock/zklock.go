@@ -24,9 +24,9 @@ import (
 // the package doc for what they cost.
 const MinTTL = 100 * time.Millisecond
 
-// ErrClosed is returned by calls on a closed Locker, and is why its leases
+// errClosed is returned by calls on a closed Locker, and is why its leases
 // ended.
-var ErrClosed = errors.New("zklock: locker closed")
+var errClosed = fmt.Errorf("zklock: %w", locks.ErrClosed)
 
 // ErrNoSession is returned by TryAcquire and Issued when no session with
 // the ensemble came up within Options.SessionWait: they make one attempt,
@@ -57,7 +57,7 @@ type Options struct {
 
 	// MaxSessions bounds the number of sessions, one per distinct TTL, the
 	// locker opens. An acquire with yet another TTL fails with
-	// [locks.ErrInvalid]. Default 8.
+	// [locks.ErrInvalidArgument]. Default 8.
 	MaxSessions int
 
 	// SessionWait bounds how long TryAcquire and Issued wait for a session
@@ -103,14 +103,14 @@ func (l *Locker) MinTTL() time.Duration { return MinTTL }
 // New returns a Locker for the ZooKeeper ensemble at servers (host:port;
 // go-zookeeper takes no chroot suffix: put the chroot in Options.Prefix). It
 // connects lazily, on the first acquire of each TTL. It fails with an error
-// wrapping [locks.ErrInvalid] when the arguments are unusable.
+// wrapping [locks.ErrInvalidArgument] when the arguments are unusable.
 func New(servers []string, o Options) (*Locker, error) {
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("%w: no ZooKeeper servers", locks.ErrInvalid)
+		return nil, fmt.Errorf("%w: no ZooKeeper servers", locks.ErrInvalidArgument)
 	}
 	for _, s := range servers {
 		if _, _, err := net.SplitHostPort(s); err != nil {
-			return nil, fmt.Errorf("%w: server %q: %v", locks.ErrInvalid, s, err)
+			return nil, fmt.Errorf("%w: server %q: %v", locks.ErrInvalidArgument, s, err)
 		}
 	}
 	if o.Prefix == "" {
@@ -135,10 +135,10 @@ func New(servers []string, o Options) (*Locker, error) {
 		o.SessionWait = 5 * time.Second
 	}
 	if o.SessionWait < 0 {
-		return nil, fmt.Errorf("%w: SessionWait %v", locks.ErrInvalid, o.SessionWait)
+		return nil, fmt.Errorf("%w: SessionWait %v", locks.ErrInvalidArgument, o.SessionWait)
 	}
 	if o.MaxSessions < 0 {
-		return nil, fmt.Errorf("%w: MaxSessions %d", locks.ErrInvalid, o.MaxSessions)
+		return nil, fmt.Errorf("%w: MaxSessions %d", locks.ErrInvalidArgument, o.MaxSessions)
 	}
 	bg, stop := context.WithCancel(context.Background())
 	return &Locker{
@@ -152,11 +152,11 @@ func New(servers []string, o Options) (*Locker, error) {
 
 func checkPrefix(p string) error {
 	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
-		return fmt.Errorf("%w: prefix %q must start with / and not end with one", locks.ErrInvalid, p)
+		return fmt.Errorf("%w: prefix %q must start with / and not end with one", locks.ErrInvalidArgument, p)
 	}
 	for _, c := range strings.Split(p[1:], "/") {
 		if c == "" || c == "." || c == ".." {
-			return fmt.Errorf("%w: prefix %q has an empty, . or .. component", locks.ErrInvalid, p)
+			return fmt.Errorf("%w: prefix %q has an empty, . or .. component", locks.ErrInvalidArgument, p)
 		}
 	}
 	return nil
@@ -165,7 +165,7 @@ func checkPrefix(p string) error {
 // Close closes every session the locker opened. Closing a session deletes
 // its ephemeral znodes, so every lease granted by the locker ends: their
 // Renew and Release report [locks.ErrNotHeld]. Blocked and later acquires
-// fail with [ErrClosed]. Close waits for the locker's goroutines and
+// fail with [locks.ErrClosed]. Close waits for the locker's goroutines and
 // go-zookeeper's to finish: at once with the server answering, but with
 // the server frozen or silent go-zookeeper's goroutines end only when
 // their connection times out, and Close waits for them up to 10s per
@@ -212,14 +212,14 @@ func (l *Locker) session(ctx context.Context, ttl time.Duration) (*session, view
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, view{}, ErrClosed
+		return nil, view{}, errClosed
 	}
 	s := l.sessions[key]
 	if s == nil {
 		if len(l.sessions) >= l.o.MaxSessions {
 			l.mu.Unlock()
 			return nil, view{}, fmt.Errorf("%w: ttl %v would need a session of its own, and the locker has MaxSessions (%d) already",
-				locks.ErrInvalid, ttl, l.o.MaxSessions)
+				locks.ErrInvalidArgument, ttl, l.o.MaxSessions)
 		}
 		s = newSession(l, time.Duration(key)*time.Millisecond)
 		l.sessions[key] = s
@@ -242,7 +242,7 @@ func (l *Locker) session(ctx context.Context, ttl time.Duration) (*session, view
 		// session could expire before the lease's deadline.
 		l.drop(key, s)
 		return nil, view{}, fmt.Errorf("%w: ttl %v is above the server's maximum session timeout (it granted %v)",
-			locks.ErrInvalid, ttl, v.timeout)
+			locks.ErrInvalidArgument, ttl, v.timeout)
 	}
 	return s, v, nil
 }
@@ -289,7 +289,7 @@ func escape(key string) string {
 // timeout when the locker has none.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: empty key", locks.ErrInvalidArgument)
 	}
 	s, _, err := boundedSession(ctx, l.o.SessionWait, l.anySession)
 	if err != nil {
@@ -403,7 +403,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, wai
 	switch {
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 		return nil, fmt.Errorf("zklock: acquire %q: %w: %w", key, ctx.Err(), err)
-	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalid), errors.Is(err, ErrClosed):
+	case errors.Is(err, locks.ErrNotObtained), errors.Is(err, locks.ErrInvalidArgument), errors.Is(err, locks.ErrClosed):
 		return nil, err
 	}
 	return nil, fmt.Errorf("zklock: acquire %q: %w", key, err)

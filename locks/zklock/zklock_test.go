@@ -498,8 +498,8 @@ func TestTTLMapping(t *testing.T) {
 	defer l.Close()
 
 	// The harness's server allows at most 60s.
-	if _, err := l.Acquire(ctx, "k", 61*time.Second); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("ttl above the maximum session timeout: %v, want ErrInvalid", err)
+	if _, err := l.Acquire(ctx, "k", 61*time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Fatalf("ttl above the maximum session timeout: %v, want ErrInvalidArgument", err)
 	}
 
 	// 300ms, below the 1s minimum: the session lasts 1s, the lease 300ms.
@@ -533,8 +533,8 @@ func TestTTLMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = lease.Release(ctx)
-	if _, err := l.TryAcquire(ctx, "k", 21*time.Second); !errors.Is(err, locks.ErrInvalid) {
-		t.Fatalf("a fourth TTL with MaxSessions 3: %v, want ErrInvalid", err)
+	if _, err := l.TryAcquire(ctx, "k", 21*time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Fatalf("a fourth TTL with MaxSessions 3: %v, want ErrInvalidArgument", err)
 	}
 }
 
@@ -567,7 +567,7 @@ func TestIssuedBoundsTokens(t *testing.T) {
 	if err != nil || got == 0 {
 		t.Fatalf("Issued for an unused key = %d, %v; want the prefix's Pzxid", got, err)
 	}
-	if _, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
+	if _, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Fatalf("Issued of the empty key: %v", err)
 	}
 }
@@ -585,8 +585,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"dot component", []string{"127.0.0.1:2181"}, zklock.Options{Prefix: "/a/../b"}},
 		{"negative MaxSessions", []string{"127.0.0.1:2181"}, zklock.Options{MaxSessions: -1}},
 	} {
-		if _, err := zklock.New(tc.servers, tc.o); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
+		if _, err := zklock.New(tc.servers, tc.o); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", tc.name, err)
 		}
 	}
 }
@@ -611,7 +611,7 @@ func TestCloseEndsLeases(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-blocked; !errors.Is(err, zklock.ErrClosed) {
+	if err := <-blocked; !errors.Is(err, locks.ErrClosed) {
 		t.Errorf("blocked Acquire after Close: %v, want ErrClosed", err)
 	}
 	select {
@@ -625,7 +625,7 @@ func TestCloseEndsLeases(t *testing.T) {
 	if q := children(t, c, prefix, "k"); len(q) != 0 {
 		t.Errorf("znodes left after Close: %v", q)
 	}
-	if _, err := l.TryAcquire(ctx, "k", time.Second); !errors.Is(err, zklock.ErrClosed) {
+	if _, err := l.TryAcquire(ctx, "k", time.Second); !errors.Is(err, locks.ErrClosed) {
 		t.Errorf("TryAcquire after Close: %v", err)
 	}
 }
