@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
+	"github.com/fenceguard/fenceguard/locks/etcdlock/internal/cleanup"
 	"github.com/fenceguard/fenceguard/token"
 )
 
