@@ -17,7 +17,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 func benchNodes(b *testing.B) []*redis.Client {

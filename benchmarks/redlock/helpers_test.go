@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 func TestMain(m *testing.M) { servers.Main(m) }

@@ -18,7 +18,7 @@ import (
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
 	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 

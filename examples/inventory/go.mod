@@ -7,7 +7,6 @@ require (
 	github.com/fenceguard/fenceguard/integration v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/locks/redlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/metrics/prom v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/storage/postgres v0.0.0-00010101000000-000000000000
@@ -89,7 +88,6 @@ replace (
 	github.com/fenceguard/fenceguard/integration => ../../integration
 	github.com/fenceguard/fenceguard/locks/etcdlock => ../../locks/etcdlock
 	github.com/fenceguard/fenceguard/locks/redislock => ../../locks/redislock
-	github.com/fenceguard/fenceguard/locks/redlock => ../../locks/redlock
 	github.com/fenceguard/fenceguard/locks/zklock => ../../locks/zklock
 	github.com/fenceguard/fenceguard/metrics/prom => ../../metrics/prom
 	github.com/fenceguard/fenceguard/storage/postgres => ../../storage/postgres

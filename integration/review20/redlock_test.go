@@ -7,7 +7,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 // TestHeldGuardRedlockFrozen: guard over redlock, every node frozen while

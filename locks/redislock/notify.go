@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/rnotify"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 )
 
 // waker is what a Locker's blocked acquires wait on: an [rnotify.Notifier],

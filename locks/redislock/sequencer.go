@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 

@@ -22,9 +22,10 @@
 // the others: competing waiters then cannot split the nodes among
 // themselves, the losers learn "held" from one node and wait again.
 //
-// Use a Redis client per node with DialerRetries: 1: go-redis retries a
-// failed dial five times, 100ms apart, and every call to a dead node would
-// then wait out the node timeout.
+// Use a Redis client per node; with go-redis v9.16 or later set
+// DialerRetries: 1 on it: those versions retry a failed dial five times,
+// 100ms apart, and every call to a dead node would then wait out the node
+// timeout.
 //
 // # The token, and why it is monotonic
 //

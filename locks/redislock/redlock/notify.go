@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/rnotify"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 )
 
 // notifier returns the shared pub/sub reader of c's blocked acquires.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -24,7 +24,7 @@ func sharedNodes(t *testing.T) ([]redlock.Client, []*redis.Client, string) {
 	var raws []*redis.Client
 	var prefix string
 	for _, db := range servers.RedisN(t, 5) {
-		c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
+		c := redis.NewClient(redlock.OneDial(redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second}))
 		t.Cleanup(func() { _ = c.Close() })
 		cs, raws, prefix = append(cs, c), append(raws, c), db.Prefix
 	}

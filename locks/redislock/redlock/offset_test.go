@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -39,7 +39,7 @@ func clients(t testing.TB, addrs []string) []redlock.Client {
 	for _, a := range addrs {
 		// One dial attempt: go-redis otherwise retries a dead node's dial
 		// five times, 100ms apart, and each call waits out NodeTimeout.
-		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
+		c := redis.NewClient(redlock.OneDial(redis.Options{Addr: a, MaxRetries: -1, DialTimeout: time.Second}))
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
 	}

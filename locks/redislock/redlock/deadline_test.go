@@ -9,7 +9,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 // TestCallsCutShortMatchTheDeadline: with every node paused, each call

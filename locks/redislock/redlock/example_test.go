@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -17,7 +17,7 @@ import (
 func nodes() []redlock.Client {
 	var cs []redlock.Client
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"} {
-		cs = append(cs, redis.NewClient(&redis.Options{Addr: addr, DialerRetries: 1}))
+		cs = append(cs, redis.NewClient(&redis.Options{Addr: addr}))
 	}
 	return cs
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks/redlock"
+	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {

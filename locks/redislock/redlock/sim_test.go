@@ -1,18 +1,19 @@
 package redlock
 
 import (
+	"flag"
 	"fmt"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
-
-	"pgregory.net/rapid"
 
 	"github.com/fenceguard/fenceguard/token"
 )
 
 // A simulation of the protocol over in-memory nodes, driven through
-// interleavings chosen by rapid: which acquirer's pending node call runs
+// interleavings drawn from seeded PCG streams: which acquirer's pending node call runs
 // next, which node restarts (losing its lock and counter), when the clock
 // moves. The nodes mirror the Lua scripts; the client side is the very
 // attempt type the Locker uses, and readers decide with the very function
@@ -164,14 +165,14 @@ func (s *sim) startRead(r *reader, grants []grant) {
 	_, r.cur.visibleAt = s.holding()
 }
 
-func (s *sim) stepReader(t *rapid.T, r *reader) {
+func (s *sim) stepReader(t *schedule, r *reader) {
 	var idx []int
 	for i, p := range r.pending {
 		if p {
 			idx = append(idx, i)
 		}
 	}
-	i := idx[rapid.IntRange(0, len(idx)-1).Draw(t, "read")]
+	i := idx[t.IntRange(0, len(idx)-1)]
 	r.pending[i] = false
 	r.views = append(r.views, s.view(i))
 	if len(idx) > 1 {
@@ -189,7 +190,7 @@ func (s *sim) stepReader(t *rapid.T, r *reader) {
 }
 
 // run plays one interleaving and returns the grants it produced.
-func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
+func (s *sim) run(t *schedule, nAcquirers, rounds int, restarts bool) []grant {
 	const ttl = 1_000_000 // 1s in µs
 	n := len(s.nodes)
 	var grants []grant
@@ -212,13 +213,13 @@ func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
 			if len(active) == 0 || steps > 500 {
 				break
 			}
-			s.now += int64(rapid.IntRange(1, 300_000).Draw(t, "tick")) // big enough for locks to expire mid-attempt
-			if restarts && rapid.IntRange(0, 9).Draw(t, "restart?") == 0 {
-				s.restart(rapid.IntRange(0, n-1).Draw(t, "node"))
+			s.now += int64(t.LogRange(1, 300_000)) // up to big enough for locks to expire mid-attempt
+			if restarts && t.IntRange(0, 9) == 0 {
+				s.restart(t.IntRange(0, n-1))
 				continue
 			}
 			if len(rs) > 0 {
-				if j := rapid.IntRange(-len(rs), len(active)-1).Draw(t, "actor"); j < 0 {
+				if j := t.IntRange(-len(rs), len(active)-1); j < 0 {
 					r := rs[-j-1]
 					if r.pending == nil {
 						s.startRead(r, grants)
@@ -228,7 +229,7 @@ func (s *sim) run(t *rapid.T, nAcquirers, rounds int, restarts bool) []grant {
 					continue
 				}
 			}
-			c := active[rapid.IntRange(0, len(active)-1).Draw(t, "acquirer")]
+			c := active[t.IntRange(0, len(active)-1)]
 			s.step(t, c, ttl, &grants)
 		}
 	}
@@ -243,7 +244,7 @@ func allTrue(n int) []bool {
 	return b
 }
 
-func (s *sim) step(t *rapid.T, c *acquirer, ttl int64, grants *[]grant) {
+func (s *sim) step(t *schedule, c *acquirer, ttl int64, grants *[]grant) {
 	n := len(s.nodes)
 	switch c.phase {
 	case 0, 1:
@@ -254,7 +255,7 @@ func (s *sim) step(t *rapid.T, c *acquirer, ttl int64, grants *[]grant) {
 					idx = append(idx, i)
 				}
 			}
-			i := idx[rapid.IntRange(0, len(idx)-1).Draw(t, "call")]
+			i := idx[t.IntRange(0, len(idx)-1)]
 			c.pending[i] = false
 			if c.phase == 0 {
 				ok, counter, pttl, holder := s.acquire(i, c.id, ttl)
@@ -306,7 +307,7 @@ func (s *sim) giveUp(c *acquirer) {
 
 // check asserts that tokens are unique and that a grant that completed
 // before another started has the smaller token.
-func check(t *rapid.T, grants []grant) {
+func check(t *schedule, grants []grant) {
 	seen := map[token.Token]bool{}
 	for _, g := range grants {
 		if seen[g.tok] {
@@ -326,18 +327,18 @@ func check(t *rapid.T, grants []grant) {
 // With the clock floor, tokens stay unique and ordered however nodes
 // restart (losing their counters) during and between grants.
 func TestSimClockFloorSurvivesRestarts(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	forSchedules(t, func(t *schedule) {
 		s := &sim{now: 1, clockFloor: true, nodes: make([]simNode, 5)}
-		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, true))
+		check(t, s.run(t, t.IntRange(2, 3), 4, true))
 	})
 }
 
 // Without the clock floor and without counter loss, the quorum argument
 // alone keeps tokens unique and ordered.
 func TestSimQuorumAloneWithoutLoss(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	forSchedules(t, func(t *schedule) {
 		s := &sim{now: 1, nodes: make([]simNode, 5)}
-		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, false))
+		check(t, s.run(t, t.IntRange(2, 3), 4, false))
 	})
 }
 
@@ -391,7 +392,7 @@ func TestSimLostIntersectionWithoutClockFloorRegresses(t *testing.T) {
 // exactly the holder's token when one held a majority with its token from
 // start to end, and never below an earlier such answer. With exact false
 // only the first is checked.
-func (s *sim) checkReads(t *rapid.T, exact bool) {
+func (s *sim) checkReads(t *schedule, exact bool) {
 	for _, r := range s.reads {
 		for _, g := range r.before {
 			if lost := s.lostSince(g.start); r.ans < g.tok && lost <= len(s.nodes)/2 {
@@ -431,9 +432,9 @@ func (s *sim) checkReads(t *rapid.T, exact bool) {
 // from node reads interleaved with acquirers (whose failed attempts leave
 // tokens on minorities), keep the Sequencer's promises.
 func TestSimSequencer(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		s := &sim{now: 1, clockFloor: rapid.Bool().Draw(t, "floor"), nodes: make([]simNode, 5), readers: rapid.IntRange(1, 2).Draw(t, "readers")}
-		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, false))
+	forSchedules(t, func(t *schedule) {
+		s := &sim{now: 1, clockFloor: t.Bool(), nodes: make([]simNode, 5), readers: t.IntRange(1, 2)}
+		check(t, s.run(t, t.IntRange(2, 3), 4, false))
 		s.checkReads(t, true)
 	})
 }
@@ -441,9 +442,74 @@ func TestSimSequencer(t *testing.T) {
 // With nodes restarting (losing lock and counter) and the clock floor,
 // Current is still never below a token granted before it.
 func TestSimSequencerRestarts(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		s := &sim{now: 1, clockFloor: true, nodes: make([]simNode, 5), readers: rapid.IntRange(1, 2).Draw(t, "readers")}
-		check(t, s.run(t, rapid.IntRange(2, 3).Draw(t, "acquirers"), 4, true))
+	forSchedules(t, func(t *schedule) {
+		s := &sim{now: 1, clockFloor: true, nodes: make([]simNode, 5), readers: t.IntRange(1, 2)}
+		check(t, s.run(t, t.IntRange(2, 3), 4, true))
 		s.checkReads(t, false)
 	})
+}
+
+var (
+	simSeed      = flag.Uint64("sim.seed", 0, "run the simulations with this schedule seed only (0: the default set)")
+	simSchedules = flag.Int("sim.schedules", 2000, "schedules per simulation test (a tenth with -short)")
+)
+
+// schedule is one interleaving of a simulation: its choices are drawn from
+// a PCG stream seeded with seed, or, with r nil, are all the lowest
+// allowed (one acquirer at a time, the smallest clock steps: the schedule
+// a shrinker converges to).
+type schedule struct {
+	tb   testing.TB
+	seed uint64
+	r    *rand.Rand
+}
+
+// IntRange draws an int in [lo, hi], uniformly.
+func (s *schedule) IntRange(lo, hi int) int {
+	if s.r == nil {
+		return lo
+	}
+	return lo + s.r.IntN(hi-lo+1)
+}
+
+// LogRange draws an int in [lo, hi] whose distance from lo has a uniformly
+// drawn bit length: mostly small steps, now and then a large one.
+func (s *schedule) LogRange(lo, hi int) int {
+	if s.r == nil {
+		return lo
+	}
+	span := uint64(hi - lo)
+	w := s.r.IntN(bits.Len64(span) + 1)
+	return lo + int(s.r.Uint64N(min(span, 1<<w-1)+1))
+}
+
+// Bool draws a bool.
+func (s *schedule) Bool() bool { return s.r != nil && s.r.IntN(2) == 1 }
+
+// Fatalf fails the test, naming the schedule's seed (replay it with
+// -sim.seed).
+func (s *schedule) Fatalf(format string, args ...any) {
+	s.tb.Helper()
+	if s.r == nil {
+		s.tb.Fatalf("lowest-draw schedule: "+format, args...)
+	}
+	s.tb.Fatalf("schedule -sim.seed=%d: "+format, append([]any{s.seed}, args...)...)
+}
+
+// forSchedules runs f over the lowest-draw schedule and then over
+// -sim.schedules seeded ones (or the one -sim.seed names).
+func forSchedules(t *testing.T, f func(*schedule)) {
+	t.Helper()
+	if *simSeed != 0 {
+		f(&schedule{tb: t, seed: *simSeed, r: rand.New(rand.NewPCG(*simSeed, 0))})
+		return
+	}
+	f(&schedule{tb: t})
+	n := *simSchedules
+	if testing.Short() {
+		n = max(1, n/10)
+	}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		f(&schedule{tb: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0))})
+	}
 }

@@ -158,7 +158,7 @@ func nodesFor(t *testing.T) testNodes {
 	t.Helper()
 	var n testNodes
 	for i, db := range servers.RedisN(t, 5) {
-		c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
+		c := redis.NewClient(OneDial(redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second}))
 		t.Cleanup(func() { _ = c.Close() })
 		n.plain, n.raw, n.prefix = append(n.plain, c), append(n.raw, c), db.Prefix
 		n.faulty = append(n.faulty, &faultyNode{Client: c, node: i})

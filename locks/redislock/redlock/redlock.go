@@ -13,10 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/rnotify"
 	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/internal/cleanup"
-	"github.com/fenceguard/fenceguard/locks/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/cleanup"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 	"github.com/fenceguard/fenceguard/token"
 )
 
