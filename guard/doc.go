@@ -16,7 +16,7 @@
 // or a slow network can outlast the TTL, and another holder can be granted
 // the lock before this process runs another instruction. The guard notices
 // as soon as it can — a renewal refused, or renewals failing past the local
-// deadline — and cancels [Lease.Context] with a [*LostError] as its cause,
+// deadline — and cancels [Lease.Context] with a cause wrapping [ErrLost],
 // but a paused process notices nothing until it resumes. Only the resource
 // checking the fencing token ([token.Fence], or an enforcer in the store)
 // makes writes safe. The lease context is a courtesy that stops work early,
@@ -68,7 +68,7 @@
 // alike.
 //
 // [New] refuses a TTL below the locker's minimum ([locks.MinTTLer]) with
-// a [*TTLError], at construction rather than at the first Acquire.
+// [locks.ErrInvalidArgument], at construction rather than at the first Acquire.
 //
 // # Reaching the backend's lease
 //

@@ -23,7 +23,7 @@ const (
 	// why.
 	RenewFailed
 	// Lost: the lease was lost. Duration is how long it had been held; Err
-	// is the [*LostError].
+	// wraps [ErrLost] and the reason.
 	Lost
 	// Released: the lease was released. Duration is how long it was held;
 	// Err is set when the release call failed.

@@ -62,11 +62,11 @@ type Guard struct {
 }
 
 // New returns a Guard over l. It fails with an error wrapping
-// [ErrBadOptions] when o is inconsistent, and with a [*TTLError] when
-// o.TTL is below the locker's minimum ([locks.MinTTLer]).
+// [locks.ErrInvalidArgument] when o is inconsistent or o.TTL is below the
+// locker's minimum ([locks.MinTTLer]).
 func New(l locks.Locker, o Options) (*Guard, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: nil locker", ErrBadOptions)
+		return nil, fmt.Errorf("guard: %w: nil locker", locks.ErrInvalidArgument)
 	}
 	if o.TTL == 0 {
 		o.TTL = 15 * time.Second
@@ -91,65 +91,49 @@ func New(l locks.Locker, o Options) (*Guard, error) {
 	}
 	switch {
 	case o.TTL < 0:
-		return nil, fmt.Errorf("%w: negative TTL %v", ErrBadOptions, o.TTL)
+		return nil, fmt.Errorf("guard: %w: negative TTL %v", locks.ErrInvalidArgument, o.TTL)
 	case o.Drift < 0 || o.Drift > 0.5:
-		return nil, fmt.Errorf("%w: Drift %v outside [0, 0.5]", ErrBadOptions, o.Drift)
+		return nil, fmt.Errorf("guard: %w: Drift %v outside [0, 0.5]", locks.ErrInvalidArgument, o.Drift)
 	case o.RenewInterval < 0 || float64(o.RenewInterval) >= float64(o.TTL)*(1-o.Drift):
-		return nil, fmt.Errorf("%w: RenewInterval %v must be positive and below TTL·(1-Drift) = %v",
-			ErrBadOptions, o.RenewInterval, time.Duration(float64(o.TTL)*(1-o.Drift)))
+		return nil, fmt.Errorf("guard: %w: RenewInterval %v must be positive and below TTL·(1-Drift) = %v",
+			locks.ErrInvalidArgument, o.RenewInterval, time.Duration(float64(o.TTL)*(1-o.Drift)))
 	case o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff:
-		return nil, fmt.Errorf("%w: backoff %v..%v", ErrBadOptions, o.MinBackoff, o.MaxBackoff)
+		return nil, fmt.Errorf("guard: %w: backoff %v..%v", locks.ErrInvalidArgument, o.MinBackoff, o.MaxBackoff)
 	}
 	if m := locks.MinTTL(l); o.TTL < m {
-		return nil, &TTLError{TTL: o.TTL, Min: m}
+		return nil, fmt.Errorf("guard: %w: TTL %v is below the locker's minimum %v", locks.ErrInvalidArgument, o.TTL, m)
 	}
 	return &Guard{locker: l, o: o, drift: time.Duration(float64(o.TTL) * o.Drift)}, nil
 }
 
 // Errors of this package, tested with [errors.Is].
 var (
-	// ErrLost is what every [*LostError] unwraps to.
+	// ErrLost is the cause of a lease context cancelled because the lease
+	// was lost (see [Lease.Context]), and what Do and Release return then.
 	ErrLost = errors.New("lease lost")
 	// ErrReleased is the cause of a lease context cancelled by Release.
 	ErrReleased = errors.New("lease released")
 	// ErrDeadline is why a lease is lost when renewals failed until the
 	// local deadline passed.
 	ErrDeadline = errors.New("local deadline passed without a successful renewal")
-	// ErrBadOptions reports an inconsistent [Options].
-	ErrBadOptions = errors.New("guard: bad options")
 )
 
-// TTLError is returned by [New] when Options.TTL is below the locker's
-// minimum ([locks.MinTTLer]): every acquire would fail with
-// [locks.ErrInvalidArgument]. It unwraps to [ErrBadOptions] and [locks.ErrInvalidArgument].
-type TTLError struct {
-	TTL, Min time.Duration
-}
-
-func (e *TTLError) Error() string {
-	return fmt.Sprintf("guard: bad options: TTL %v is below the locker's minimum %v", e.TTL, e.Min)
-}
-
-// Unwrap returns [ErrBadOptions] and [locks.ErrInvalidArgument].
-func (e *TTLError) Unwrap() []error { return []error{ErrBadOptions, locks.ErrInvalidArgument} }
-
-// LostError is the cause of a lease context cancelled because the lease was
+// lostError is the cause of a lease context cancelled because the lease was
 // lost. It unwraps to [ErrLost] and to the reason: an error wrapping
 // [locks.ErrNotHeld] when a renewal or release was refused, or
 // [ErrDeadline] (with the last renewal error) when renewals failed for too
 // long.
-type LostError struct {
-	Key   string
-	Token token.Token
-	Err   error
+type lostError struct {
+	key   string
+	token token.Token
+	err   error
 }
 
-func (e *LostError) Error() string {
-	return fmt.Sprintf("lease on %q (token %d) lost: %v", e.Key, e.Token, e.Err)
+func (e *lostError) Error() string {
+	return fmt.Sprintf("lease on %q (token %d) lost: %v", e.key, e.token, e.err)
 }
 
-// Unwrap returns [ErrLost] and the reason.
-func (e *LostError) Unwrap() []error { return []error{ErrLost, e.Err} }
+func (e *lostError) Unwrap() []error { return []error{ErrLost, e.err} }
 
 // Acquire blocks until the lock on key is granted or ctx ends, and returns
 // the lease with its keep-alive running. Transient errors are retried with
@@ -282,7 +266,7 @@ func (g *Guard) releaseLate(ctx context.Context, l locks.Lease) {
 
 // Do acquires key, runs fn, and releases the lock, also when fn panics.
 // fn's context is ctx carrying the token ([token.FromContext]) and the hold
-// (for re-entrancy); it is cancelled with a [*LostError] cause if the lease
+// (for re-entrancy); it is cancelled with a cause wrapping [ErrLost] if the lease
 // is lost. Do returns fn's error joined with the release's: when the lease
 // was lost, errors.Is(err, ErrLost) holds even if fn returned nil.
 func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context, t token.Token) error) (err error) {

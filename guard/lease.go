@@ -28,8 +28,9 @@ func (l *Lease) Key() string { return l.h.lease.Key() }
 // guarded resource.
 func (l *Lease) Token() token.Token { return l.h.lease.Token() }
 
-// Context is cancelled when the lease is lost, with a [*LostError] as its
-// [context.Cause], or released, with [ErrReleased]. It carries the token
+// Context is cancelled when the lease is lost, with a [context.Cause]
+// wrapping [ErrLost] and the reason (an error wrapping [locks.ErrNotHeld],
+// or [ErrDeadline]), or released, with [ErrReleased]. It carries the token
 // ([token.FromContext]) and the hold, for re-entrant acquires.
 func (l *Lease) Context() context.Context { return l.h.ctx }
 
@@ -53,12 +54,9 @@ func (l *Lease) Deadline() time.Time {
 // A nested hold returns the outermost hold's lease.
 func (l *Lease) Unwrap() locks.Lease { return l.h.lease }
 
-// Nested reports whether this is a nested hold of an outer lease.
-func (l *Lease) Nested() bool { return l.nested }
-
 // Release cancels the lease context, stops the keep-alive and waits for it
 // (while ctx lasts: a renewal in flight to a frozen server is not waited
-// out), then releases the lock. It returns a [*LostError] when the lease had been
+// out), then releases the lock. It returns an error wrapping [ErrLost] when the lease had been
 // lost (or the release found it no longer held), and an error from the
 // locker when the release could not be made; the lock then expires at the
 // end of its TTL. Releasing a nested hold does nothing but report a loss.
@@ -210,9 +208,9 @@ func (h *hold) lose(reason error) {
 	}
 	h.timer.Stop()
 	h.mu.Unlock()
-	err := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: reason}
+	err := &lostError{key: h.lease.Key(), token: h.lease.Token(), err: reason}
 	h.cancel(err)
-	h.g.observe(Event{Kind: Lost, Key: err.Key, Token: err.Token, Duration: h.g.o.Clock.Now().Sub(h.since), Err: err})
+	h.g.observe(Event{Kind: Lost, Key: err.key, Token: err.token, Duration: h.g.o.Clock.Now().Sub(h.since), Err: err})
 }
 
 func (h *hold) release(ctx context.Context) error {
@@ -244,8 +242,8 @@ func (h *hold) release(ctx context.Context) error {
 	}
 	held := h.g.o.Clock.Now().Sub(h.since)
 	if errors.Is(err, locks.ErrNotHeld) {
-		lostErr := &LostError{Key: h.lease.Key(), Token: h.lease.Token(), Err: err}
-		h.g.observe(Event{Kind: Lost, Key: lostErr.Key, Token: lostErr.Token, Duration: held, Err: lostErr})
+		lostErr := &lostError{key: h.lease.Key(), token: h.lease.Token(), err: err}
+		h.g.observe(Event{Kind: Lost, Key: lostErr.key, Token: lostErr.token, Duration: held, Err: lostErr})
 		return lostErr
 	}
 	if err != nil {

@@ -43,7 +43,7 @@ var proxiedBackends = []proxied{
 
 // TestHeldGuardBlackholedKeepAlive: the keep-alive's connection
 // blackholed (open, nothing answered): the lease context is cancelled by
-// the lease's local deadline with a *LostError whose reason is
+// the lease's local deadline with a cause wrapping guard.ErrLost whose reason is
 // ErrDeadline; a renewal failure is observed first.
 func TestHeldGuardBlackholedKeepAlive(t *testing.T) {
 	for _, b := range proxiedBackends {

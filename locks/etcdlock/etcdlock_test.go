@@ -174,7 +174,7 @@ func TestHolderCutOffPastTTL(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := lease.Release(rctx); !errors.Is(err, guard.ErrLost) {
-		t.Errorf("cut holder's release: %v, want its LostError", err)
+		t.Errorf("cut holder's release: %v, want its ErrLost", err)
 	}
 	if err := next.Renew(ctx); err != nil {
 		t.Fatalf("new grant lost after the old holder's release: %v", err)

@@ -213,8 +213,7 @@ func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	d := servers.Etcd(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	_, err := guard.New(l, guard.Options{TTL: 500 * time.Millisecond})
-	var te *guard.TTLError
-	if !errors.As(err, &te) || te.Min != etcdlock.MinTTL {
-		t.Fatalf("guard.New with a 500ms TTL = %v, want a *guard.TTLError with Min %v", err, etcdlock.MinTTL)
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+etcdlock.MinTTL.String()) {
+		t.Fatalf("guard.New with a 500ms TTL = %v, want locks.ErrInvalidArgument naming the minimum %v", err, etcdlock.MinTTL)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
@@ -68,9 +69,8 @@ func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	db := servers.Redis(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	_, err := guard.New(l, guard.Options{TTL: redislock.MinTTL / 2})
-	var te *guard.TTLError
-	if !errors.As(err, &te) || te.Min != redislock.MinTTL {
-		t.Fatalf("guard.New with TTL %v = %v, want a *guard.TTLError with Min %v", redislock.MinTTL/2, err, redislock.MinTTL)
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+redislock.MinTTL.String()) {
+		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", redislock.MinTTL/2, err, redislock.MinTTL)
 	}
 }
 

@@ -2,9 +2,11 @@ package zklock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
@@ -12,8 +14,7 @@ import (
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	l := newLocker(t, []string{"127.0.0.1:1"}, "/fenceguard/lock")
 	_, err := guard.New(l, guard.Options{TTL: zklock.MinTTL / 2})
-	var te *guard.TTLError
-	if !errors.As(err, &te) || te.Min != zklock.MinTTL {
-		t.Fatalf("guard.New with TTL %v = %v, want a *guard.TTLError with Min %v", zklock.MinTTL/2, err, zklock.MinTTL)
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+zklock.MinTTL.String()) {
+		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", zklock.MinTTL/2, err, zklock.MinTTL)
 	}
 }

@@ -372,7 +372,7 @@ func TestHolderCutOffPastSessionTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := lease.Release(ctx); !errors.Is(err, guard.ErrLost) {
-		t.Errorf("cut holder's release: %v, want its LostError", err)
+		t.Errorf("cut holder's release: %v, want its ErrLost", err)
 	}
 	// Also with the raw lease, once the cut locker has a session again.
 	eventually(t, 10*time.Second, "a new session", func() bool {
@@ -458,7 +458,7 @@ func TestServerRestartWhileHeld(t *testing.T) {
 	// znode: the release of the lost lease frees the lock.
 	time.Sleep(500 * time.Millisecond)
 	if err := lease.Release(ctx); !errors.Is(err, guard.ErrLost) {
-		t.Errorf("release of the lost lease: %v, want its LostError", err)
+		t.Errorf("release of the lost lease: %v, want its ErrLost", err)
 	}
 	next, ok := <-got
 	if !ok {

@@ -2,10 +2,12 @@ package redlock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
@@ -13,8 +15,7 @@ func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	db := servers.Redis(t)
 	l := newLocker(t, clients(t, []string{db.Addr}), redlock.Options{Prefix: db.Prefix})
 	_, err := guard.New(l, guard.Options{TTL: redlock.MinTTL / 2})
-	var te *guard.TTLError
-	if !errors.As(err, &te) || te.Min != redlock.MinTTL {
-		t.Fatalf("guard.New with TTL %v = %v, want a *guard.TTLError with Min %v", redlock.MinTTL/2, err, redlock.MinTTL)
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+redlock.MinTTL.String()) {
+		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", redlock.MinTTL/2, err, redlock.MinTTL)
 	}
 }
