@@ -1,0 +1,17 @@
+module github.com/fenceguard/fenceguard/harness/pgserver
+
+go 1.25.0
+
+require (
+	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.12.0
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace github.com/fenceguard/fenceguard/harness => ../
