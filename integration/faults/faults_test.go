@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/integration/internal/history"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
 )
 
 func TestMain(m *testing.M) {
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	if js, ok := os.LookupEnv(attackChildEnv); ok {
 		os.Exit(attackChildMain(js))
 	}
-	servers.Main(m)
+	itest.Main(m)
 }
 
 var (

@@ -1,8 +1,10 @@
 // Package httpmw_test runs the HTTP middleware against the real stores it
 // fences with — redislock's Fence on redis-server, the PostgreSQL Fence
-// and column mode — end to end. These tests live here, not next to
-// httpmw, because they need the Redis and PostgreSQL clients, and the
-// core module that holds httpmw carries neither.
+// and column mode — end to end, and checks its header parsing, the
+// Transport's token-to-resource mapping and a sequencer check through it.
+// These tests live here, not next to httpmw, because they need the Redis
+// and PostgreSQL clients, and the core module that holds httpmw carries
+// neither. The middleware over frozen servers is in package frozen.
 package httpmw_test
 
 import (
@@ -17,11 +19,11 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { itest.Main(m) }
 
 // seen is what the wrapped handler found in its request context.
 type seen struct {

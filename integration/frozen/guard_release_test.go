@@ -1,0 +1,33 @@
+package frozen
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
+	"github.com/fenceguard/fenceguard/internal/servers"
+)
+
+func releaseDuringRenewal(t *testing.T, g *guard.Guard, srv *servers.Server, ttl time.Duration) {
+	lease, err := g.Acquire(context.Background(), "renewing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	itest.Pause(t, srv)
+	// The keep-alive renews every TTL/3: wait until one renewal is in
+	// flight (sent to the frozen service), well before the local deadline.
+	time.Sleep(ttl/3 + 100*time.Millisecond)
+	if err := lease.Context().Err(); err != nil {
+		t.Fatalf("lease lost before the test: %v", context.Cause(lease.Context()))
+	}
+	err = itest.ReturnsByDeadline(t, "Lease.Release during a renewal to a frozen service", 200*time.Millisecond, func() { srv.Resume() }, lease.Release)
+	if err == nil {
+		t.Error("Release on a frozen service succeeded")
+	} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, guard.ErrLost) {
+		t.Errorf("Release: %v, want the deadline or the loss", err)
+	}
+	itest.Resume(t, srv)
+}

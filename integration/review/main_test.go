@@ -1,9 +1,0 @@
-package review
-
-import (
-	"testing"
-
-	"github.com/fenceguard/fenceguard/internal/servers"
-)
-
-func TestMain(m *testing.M) { servers.Main(m) }

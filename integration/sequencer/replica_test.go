@@ -1,0 +1,145 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
+	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// checkSequencer asks seq about key n times and fails on any answer other
+// than want (the holder's token) unless it is an ErrReplica refusal when
+// refusals are allowed; it then runs a SequencerCheck for a forged token
+// just above the holder's, which must be refused. It returns how many
+// answers came and how many refusals.
+func checkSequencer(t *testing.T, ctx context.Context, name string, seq token.Sequencer, key string, want token.Token, n int) (answers, refusals int) {
+	t.Helper()
+	for range n {
+		got, err := seq.Current(ctx, key)
+		switch {
+		case err == nil && got == want:
+			answers++
+		case err == nil:
+			t.Errorf("%s: Current = %d, the holder's token is %d (a stale answer: a forged token in between passes SequencerCheck)", name, got, want)
+			return
+		case errors.Is(err, redislock.ErrReplica):
+			refusals++
+		default:
+			t.Errorf("%s: Current: %v (want the token or ErrReplica)", name, err)
+			return
+		}
+	}
+	chk := token.SequencerCheck(seq, token.SequencerOptions{CacheSize: -1})
+	if err := chk.Check(ctx, key, want+1); err == nil {
+		t.Errorf("%s: SequencerCheck admitted forged token %d above the holder's %d", name, want+1, want)
+	}
+	return answers, refusals
+}
+
+// TestSequencerRefusesPlainReplica: a plain client on a replica that
+// has not received the grant (replication cut) gets ErrReplica, never the
+// replica's clock floor (which is above the holder's token).
+func TestSequencerRefusesPlainReplica(t *testing.T) {
+	ctx := itest.Ctx(t, 20*time.Second)
+	m := servers.NewRedis(t)
+	r := servers.NewRedisReplica(t, m)
+	mc := newClient(t, m.Addr())
+	rc := newClient(t, r.Replica.Addr())
+	if err := r.Link.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, mc, redislock.Options{})
+	le, err := l.TryAcquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The replica sees the lock free: what it would answer.
+	if n, _ := rc.Exists(ctx, redislock.DefaultPrefix+"{k}").Result(); n != 0 {
+		t.Fatal("the replica has the grant: the test did not make it lag")
+	}
+	seq := redislock.NewSequencer(rc, "")
+	if a, _ := checkSequencer(t, ctx, "replica", seq, "k", le.Token(), 5); a != 0 {
+		t.Errorf("a replica answered %d times", a)
+	}
+	// Locker.Current on a replica client, too.
+	lr := newLocker(t, rc, redislock.Options{})
+	if _, err := lr.Current(ctx, "k"); !errors.Is(err, redislock.ErrReplica) {
+		t.Errorf("Locker.Current on a replica: %v", err)
+	}
+	// The master answers the holder's token.
+	checkSequencer(t, ctx, "master", redislock.NewSequencer(mc, ""), "k", le.Token(), 3)
+}
+
+// TestSequencerSentinelReplicaRouting: with replication stalled and a
+// grant the replica never saw, every Sentinel client flavour either answers
+// the holder's token (routed to the master) or refuses with ErrReplica —
+// ReplicaOnly, and the Sentinel cluster client with RouteRandomly and
+// RouteByLatency (which send read-only commands to replicas).
+func TestSequencerSentinelReplicaRouting(t *testing.T) {
+	ctx := itest.Ctx(t, 30*time.Second)
+	s := servers.NewRedisSentinel(t)
+	opts := func() *redis.FailoverOptions {
+		return &redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs(), MaxRetries: -1}
+	}
+	master := redis.NewFailoverClient(opts())
+	t.Cleanup(func() { master.Close() })
+	if err := s.StallReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, master, redislock.Options{})
+	le, err := l.TryAcquire(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := opts()
+	o.ReplicaOnly = true
+	replicaOnly := redis.NewFailoverClient(o)
+	t.Cleanup(func() { replicaOnly.Close() })
+	if a, r := checkSequencer(t, ctx, "ReplicaOnly", redislock.NewSequencer(replicaOnly, ""), "k", le.Token(), 5); a != 0 || r == 0 {
+		t.Errorf("ReplicaOnly: %d answers, %d refusals", a, r)
+	}
+	// What redis.NewFailoverClusterClient builds (a ClusterClient whose
+	// one slot range lists the master and its replica, routing read-only
+	// commands to the replica), without its sentinel goroutines, which
+	// go-redis never stops (its Close does not close them).
+	p, err := s.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Replica(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := func(context.Context) ([]redis.ClusterSlot, error) {
+		return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: p.Addr()}, {Addr: rep.Addr()}}}}, nil
+	}
+	for _, c := range []struct {
+		name string
+		set  func(*redis.ClusterOptions)
+	}{
+		{"RouteRandomly", func(o *redis.ClusterOptions) { o.RouteRandomly = true }},
+		{"RouteByLatency", func(o *redis.ClusterOptions) { o.RouteByLatency = true }},
+		{"ReadOnly", func(o *redis.ClusterOptions) { o.ReadOnly = true }},
+	} {
+		o := &redis.ClusterOptions{ClusterSlots: slots, MaxRetries: -1}
+		c.set(o)
+		cc := redis.NewClusterClient(o)
+		t.Cleanup(func() { cc.Close() })
+		// The routing does reach the stale replica for reads:
+		reads := 0
+		for range 20 {
+			if n, err := cc.Exists(ctx, redislock.DefaultPrefix+"{k}").Result(); err == nil && n == 0 {
+				reads++
+			}
+		}
+		a, r := checkSequencer(t, ctx, c.name, redislock.NewSequencer(cc, ""), "k", le.Token(), 20)
+		t.Logf("%s: %d of 20 plain reads saw the stale replica; the Sequencer: %d answers, %d refusals", c.name, reads, a, r)
+	}
+}
