@@ -91,3 +91,5 @@ replace (
 	github.com/fenceguard/fenceguard/locks/zklock => ../locks/zklock
 	github.com/fenceguard/fenceguard/storage/postgres => ../storage/postgres
 )
+
+replace github.com/fenceguard/fenceguard/harness => ../harness

@@ -16,13 +16,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/fakeclock"
+	"github.com/fenceguard/fenceguard/harness/fakeclock"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// guardClock makes a fake clock a guard.Clock.
+type guardClock struct{ *fakeclock.Clock }
+
+func (c guardClock) NewTimer(d time.Duration) guard.Timer { return c.Clock.NewTimer(d) }
+func (c guardClock) AfterFunc(d time.Duration, f func()) guard.Timer {
+	return c.Clock.AfterFunc(d, f)
+}
 
 func newGuard(t *testing.T, l locks.Locker, o guard.Options) *guard.Guard {
 	t.Helper()
@@ -272,7 +280,7 @@ func TestRenewalFailuresLoseAtLocalDeadline(t *testing.T) {
 	clock := fakeclock.New(time.Date(1984, time.April, 4, 0, 0, 0, 0, time.UTC))
 	var ev events
 	const ttl = 30 * time.Second
-	g := newGuard(t, f, guard.Options{TTL: ttl, Clock: clock, Observer: ev.observe})
+	g := newGuard(t, f, guard.Options{TTL: ttl, Clock: guardClock{clock}, Observer: ev.observe})
 	ctx := testCtx(t)
 	lease, err := g.Acquire(ctx, "k")
 	if err != nil {
@@ -314,7 +322,7 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 	refused := locks.NotHeldError("renew", "k", 1)
 	f.renewErr.Store(&refused)
 	clock := fakeclock.New(time.Date(1984, time.April, 4, 0, 0, 0, 0, time.UTC))
-	g := newGuard(t, f, guard.Options{TTL: 30 * time.Second, Clock: clock})
+	g := newGuard(t, f, guard.Options{TTL: 30 * time.Second, Clock: guardClock{clock}})
 	ctx := testCtx(t)
 	lease, err := g.Acquire(ctx, "k")
 	if err != nil {

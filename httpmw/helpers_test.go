@@ -11,13 +11,13 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// servers.Main also fails the package when goroutines leak (goleak).
-func TestMain(m *testing.M) { servers.Main(m) }
+// harness.Main also fails the package when goroutines leak (goleak).
+func TestMain(m *testing.M) { harness.Main(m) }
 
 // seen is what the wrapped handler found in its request context.
 type seen struct {

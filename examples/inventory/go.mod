@@ -92,3 +92,5 @@ replace (
 	github.com/fenceguard/fenceguard/metrics/prom => ../../metrics/prom
 	github.com/fenceguard/fenceguard/storage/postgres => ../../storage/postgres
 )
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness

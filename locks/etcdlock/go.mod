@@ -28,3 +28,5 @@ require (
 )
 
 replace github.com/fenceguard/fenceguard => ../..
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness

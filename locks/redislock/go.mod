@@ -14,3 +14,5 @@ require (
 )
 
 replace github.com/fenceguard/fenceguard => ../..
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness

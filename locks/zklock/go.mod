@@ -10,3 +10,5 @@ require (
 require go.uber.org/goleak v1.3.0 // indirect
 
 replace github.com/fenceguard/fenceguard => ../..
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness

@@ -17,3 +17,5 @@ require (
 )
 
 replace github.com/fenceguard/fenceguard => ../..
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness

@@ -18,3 +18,5 @@ require (
 )
 
 replace github.com/fenceguard/fenceguard => ../..
+
+replace github.com/fenceguard/fenceguard/harness => ../../harness
