@@ -14,6 +14,7 @@ import (
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // harness.Main also fails the package when goroutines leak (goleak).
@@ -112,7 +113,7 @@ var errStoreDown = errors.New("dial tcp 10.0.0.7:6379: connection refused")
 
 func (f *failingFence) Claim(ctx context.Context, resource string, t token.Token) error {
 	f.calls.Add(1)
-	if err := token.CheckClaim(resource, t); err != nil {
+	if err := enforce.CheckClaim(resource, t); err != nil {
 		return err
 	}
 	return errStoreDown

@@ -215,7 +215,7 @@ func problemInvalid(err error) *Problem {
 	var se *token.SyntaxError
 	if errors.As(err, &se) {
 		// The reason is ours; the input is not echoed.
-		detail += ": " + se.Reason.String()
+		detail += ": " + se.Reason
 	}
 	return &Problem{
 		Type:   TypeInvalid,

@@ -152,19 +152,6 @@ func (a allChecks) Check(ctx context.Context, resource string, t Token) error {
 	return nil
 }
 
-// Admit is what every enforcer does before it touches its store: it
-// validates the arguments of a claim ([CheckClaim]) and runs c on them,
-// [DefaultCheck] when c is nil. A refusal moves no mark.
-func Admit(ctx context.Context, c Check, resource string, t Token) error {
-	if err := CheckClaim(resource, t); err != nil {
-		return err
-	}
-	if c == nil {
-		c = DefaultCheck()
-	}
-	return c.Check(ctx, resource, t)
-}
-
 // ErrRange is the sentinel every [*RangeError] unwraps to.
 var ErrRange = errors.New("fencing token out of range")
 

@@ -86,21 +86,6 @@ func TestNoCheckAndAll(t *testing.T) {
 	}
 }
 
-func TestAdmit(t *testing.T) {
-	ctx := context.Background()
-	called := false
-	c := token.CheckFunc(func(context.Context, string, token.Token) error { called = true; return nil })
-	if err := token.Admit(ctx, c, "", 5); !errors.Is(err, token.ErrNoResource) || called {
-		t.Errorf("Admit with no resource = %v (check called: %v)", err, called)
-	}
-	if err := token.Admit(ctx, c, "r", 0); !errors.Is(err, token.ErrMissing) || called {
-		t.Errorf("Admit with no token = %v (check called: %v)", err, called)
-	}
-	if err := token.Admit(ctx, nil, "r", math.MaxUint64); !errors.Is(err, token.ErrForged) {
-		t.Errorf("Admit with the default check = %v, want forged", err)
-	}
-}
-
 func TestRangeError(t *testing.T) {
 	err := error(&token.RangeError{What: "PostgreSQL bigint", Token: math.MaxInt64 + 1, Max: math.MaxInt64})
 	if !errors.Is(err, token.ErrRange) || errors.Is(err, token.ErrInvalid) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/fenceguard/fenceguard/token/internal/rule"
 )
 
 // ErrStale is the sentinel every [*StaleError] unwraps to: the presented
@@ -13,7 +15,7 @@ var ErrStale = errors.New("stale fencing token")
 
 // ErrNoResource means a resource key was empty. Keys come from the resource
 // (a route, a row); an empty one is a bug in the code that derives it.
-var ErrNoResource = errors.New("empty resource key")
+var ErrNoResource = rule.ErrNoResource
 
 // StaleError reports a token lower than the resource's high-water mark. It
 // unwraps to [ErrStale].
@@ -41,7 +43,7 @@ func (e *StaleError) Unwrap() error { return ErrStale }
 // the new high-water, atomically with the check. It rejects a lower token
 // with a [*StaleError] carrying the current high-water. It returns an error
 // wrapping [ErrMissing] for the zero token (unless the context carries a
-// token for resource itself: see [Resolve]) and [ErrNoResource] for an empty
+// token for resource itself: see [NewContext]) and [ErrNoResource] for an empty
 // key, and does not change any high-water then. Any other error means the
 // check could not be made: callers must treat that as a refusal (fail
 // closed), never as acceptance.
@@ -51,14 +53,23 @@ type Fence interface {
 	Claim(ctx context.Context, resource string, t Token) error
 }
 
-// CheckClaim validates the arguments of [Fence.Claim]. Fence
-// implementations call it first so every Fence rejects bad input alike.
-func CheckClaim(resource string, t Token) error {
-	if resource == "" {
-		return ErrNoResource
-	}
-	if t == 0 {
-		return fmt.Errorf("claim %q: %w", resource, ErrMissing)
-	}
-	return nil
+// A Resetter is a [Fence] whose marks an operator may set by hand: the way
+// back for a resource whose mark a forged token poisoned (every honest
+// holder refused as stale).
+//
+// Reset sets the mark of exactly the resource it names to to, whatever the
+// mark was, lower or higher, and returns the mark it replaced (0 when there
+// was none). It refuses an empty name with [ErrNoResource] (one call, one
+// resource: no patterns) and the zero token with [ErrMissing] (a mark of
+// zero would let in every holder ever refused). Every Reset is logged at
+// Warn level, with the resource and both marks, through the store's logger
+// (slog.Default() unless the store was given one).
+//
+// Reset to the token of the lock's current grant ([Sequencer]'s Current):
+// the current holder and every later one are accepted, every earlier one is
+// still refused. Resetting below a token a live holder has used lets an
+// older holder back in; that is why Reset is a separate operation and not
+// a Claim.
+type Resetter interface {
+	Reset(ctx context.Context, resource string, to Token) (prev Token, err error)
 }

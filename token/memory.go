@@ -6,69 +6,39 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/fenceguard/fenceguard/token/internal/rule"
 )
 
 const fenceShards = 64
 
 var fenceSeed = maphash.MakeSeed()
 
-// MemoryFence is a [Fence] that keeps high-water marks in process memory.
-// It serves one resource process: its marks die with the process, so a
-// restarted resource accepts any token again until it is claimed anew —
-// keep the high-water in the store (PostgreSQL, Redis) when that matters.
+// MemoryFence is a [Fence] that keeps marks in process memory. It serves
+// one resource process: its marks die with the process, so a restarted
+// resource accepts any token again until it is claimed anew; keep the marks
+// in the store (PostgreSQL, Redis) when that matters.
 //
 // The zero value is ready to use. A MemoryFence must not be copied after
-// first use. It is safe for concurrent use: keys are spread over 64 shards,
-// each with its own mutex, so claims on different keys rarely contend and
-// there is no lock across all keys.
+// first use. It is safe for concurrent use; claims on different keys rarely
+// contend (64 shards, a mutex each, no lock across all keys).
 //
 // # Memory
 //
-// Every distinct resource key claimed keeps one entry (the key's bytes plus
-// about 50 bytes) until [MemoryFence.Prune] removes it; nothing is freed on
-// its own, so a client naming random keys grows the fence without bound
-// unless something prunes it. Run [MemoryFence.PruneEvery] (or call Prune
-// from a loop of your own) with a period longer than any holder keeps one
-// token (its whole lease, renewals included) and longer than the Check's
-// allowance ahead of the clock ([DefaultSkew], 5 min, for the default):
+// Every distinct key claimed keeps an entry (the key plus about 50 bytes)
+// until [MemoryFence.Prune] removes it, so a client naming random keys
+// grows the fence unless something prunes it. Run [MemoryFence.PruneEvery]
+// with a period longer than any holder keeps one token (its whole lease,
+// renewals included) and longer than the Check's allowance above the clock
+// ([DefaultSkew] for the default):
 //
 //	go fence.PruneEvery(ctx, 10*time.Minute)
 //
-// Prune removes the keys not claimed since the previous Prune, so an entry
-// lives between one and two periods after its last claim: the fence holds
-// at most the keys claimed in the last two periods — about 2·r·period
-// entries for r new keys a second — whatever the number of keys ever
-// named. The shards' maps keep their capacity after a Prune (Go maps do
-// not shrink), so memory is bounded by the most keys claimed in two
-// periods, not by the keys held now.
-//
-// Pruning never costs safety. Prune raises a per-shard floor to the
-// highest mark it removed, under the shard's mutex, and a key without an
-// entry is compared with its shard's floor: a pruned key still refuses
-// every token it refused before, and no claim can slip between the removal
-// and the floor. It can cost liveness only when a floor is above a later,
-// honest token of another key of the shard — which fenceguard's lockers
-// avoid when the period rule above holds, because their tokens grow across
-// keys too (cluster-wide revisions, or counters floored by the server
-// clock): a mark idle for a whole period was issued before any token a
-// holder still uses. Keep tokens from different lock services in different
-// fences, and keep the forged-token check on: a forged mark that gets
-// pruned becomes the floor of its shard (a ClockBound caps it at the
-// skew above the clock, which the period outlasts).
-//
-// There is no cap on the number of keys: at a cap the fence would have to
-// either evict marks claimed in the current period, raising floors above
-// tokens honest holders still present (every key of the shard refused
-// under a flood), or refuse new keys (every new resource refused under a
-// flood). Both trade a bounded lockout for memory; the period bound does
-// not. Bound the rate of requests instead, and do not claim keys of
-// resources that do not exist.
-//
-// # Forged tokens
-//
-// Before a claim, Check runs ([DefaultCheck] when nil: a [ClockBound]
-// that refuses tokens more than five minutes ahead of the clock in µs).
-// [MemoryFence.Reset] sets a poisoned mark back by hand.
+// The fence then holds at most the keys claimed in the last two periods.
+// Pruning never lets a stale token in: a pruned key still refuses every
+// token it refused before. Keep tokens of different lock services in
+// different fences. There is no cap on the number of keys; bound the rate
+// of requests instead. The argument is in docs/design.md, "Bounded state".
 type MemoryFence struct {
 	// Check runs before every claim; nil is [DefaultCheck]. Set it before
 	// first use.
@@ -105,11 +75,19 @@ func (f *MemoryFence) shard(resource string) *fenceShard {
 // Claim implements [Fence]. It never blocks on other keys' claims; ctx
 // goes to the Check only, the claim itself is in memory.
 func (f *MemoryFence) Claim(ctx context.Context, resource string, t Token) error {
-	t, err := Resolve(ctx, resource, t)
+	v, err := rule.Resolve(ctx, resource, uint64(t))
 	if err != nil {
 		return err
 	}
-	if err := Admit(ctx, f.Check, resource, t); err != nil {
+	t = Token(v)
+	if err := rule.Claim(resource, v); err != nil {
+		return err
+	}
+	check := f.Check
+	if check == nil {
+		check = DefaultCheck()
+	}
+	if err := check.Check(ctx, resource, t); err != nil {
 		return err
 	}
 	s := f.shard(resource)
@@ -133,7 +111,7 @@ func (f *MemoryFence) Claim(ctx context.Context, resource string, t Token) error
 // The process's memory is linearizable, so the new mark holds for every
 // claim that starts after Reset returns.
 func (f *MemoryFence) Reset(ctx context.Context, resource string, to Token) (Token, error) {
-	if err := CheckReset(resource, to); err != nil {
+	if err := rule.Reset(resource, uint64(to)); err != nil {
 		return 0, err
 	}
 	s := f.shard(resource)
@@ -148,7 +126,7 @@ func (f *MemoryFence) Reset(ctx context.Context, resource string, to Token) (Tok
 	}
 	s.marks[resource] = mark{high: to, gen: s.gen}
 	s.mu.Unlock()
-	LogReset(ctx, f.Logger, "memory", resource, prev, to)
+	rule.LogReset(ctx, f.Logger, "memory", resource, uint64(prev), uint64(to))
 	return prev, nil
 }
 

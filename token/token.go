@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/fenceguard/fenceguard/token/internal/rule"
 )
 
 // Token is a fencing token. Successive grants of one lock carry strictly
@@ -45,51 +47,34 @@ var ErrInvalid = errors.New("invalid fencing token")
 
 // ErrMissing means a token was required and none was present: the zero
 // token, or a context that carries none.
-var ErrMissing = errors.New("missing fencing token")
+var ErrMissing = rule.ErrMissing
 
-// Reason says why [Parse] rejected its input.
-type Reason int
-
-// The reasons [Parse] gives.
+// Why [Parse] rejected its input: [SyntaxError.Reason].
 const (
-	Empty       Reason = iota + 1 // nothing at all
-	TooLong                       // more than 20 bytes
-	NotDigit                      // a character other than 0-9, including signs and spaces
-	LeadingZero                   // a 0 followed by more digits
-	Zero                          // "0": the zero token is never issued
-	Overflow                      // more than fits in a uint64
+	reasonEmpty       = "empty"
+	reasonTooLong     = "longer than 20 digits"
+	reasonNotDigit    = "not a decimal digit"
+	reasonLeadingZero = "leading zero"
+	reasonZero        = "zero is not a token"
+	reasonOverflow    = "does not fit in 64 bits"
 )
-
-var reasonText = [...]string{
-	Empty:       "empty",
-	TooLong:     "longer than 20 digits",
-	NotDigit:    "not a decimal digit",
-	LeadingZero: "leading zero",
-	Zero:        "zero is not a token",
-	Overflow:    "does not fit in 64 bits",
-}
-
-func (r Reason) String() string {
-	if r > 0 && int(r) < len(reasonText) {
-		return reasonText[r]
-	}
-	return "Reason(" + strconv.Itoa(int(r)) + ")"
-}
 
 // SyntaxError is the error [Parse] returns. It unwraps to [ErrInvalid].
 type SyntaxError struct {
 	// Input is what was parsed, cut to its first 32 bytes.
 	Input string
-	// Reason says what was wrong with it.
-	Reason Reason
-	// Offset is the byte offset of the first bad character, for NotDigit;
-	// otherwise 0.
+	// Reason says what was wrong with it, in words: "empty", "longer than
+	// 20 digits", "not a decimal digit", "leading zero", "zero is not a
+	// token" or "does not fit in 64 bits".
+	Reason string
+	// Offset is the byte offset of the first character that is not a
+	// decimal digit; 0 for the other reasons.
 	Offset int
 }
 
 func (e *SyntaxError) Error() string {
 	// %q escapes control characters, so hostile input cannot forge log lines.
-	if e.Reason == NotDigit {
+	if e.Reason == reasonNotDigit {
 		return fmt.Sprintf("invalid fencing token %q: %s at offset %d", e.Input, e.Reason, e.Offset)
 	}
 	return fmt.Sprintf("invalid fencing token %q: %s", e.Input, e.Reason)
@@ -104,32 +89,32 @@ func (e *SyntaxError) Unwrap() error { return ErrInvalid }
 func Parse(s string) (Token, error) {
 	switch {
 	case len(s) == 0:
-		return 0, syntaxError(s, Empty, 0)
+		return 0, syntaxError(s, reasonEmpty, 0)
 	case len(s) > maxDigits:
-		return 0, syntaxError(s, TooLong, 0)
+		return 0, syntaxError(s, reasonTooLong, 0)
 	}
 	var n uint64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < '0' || c > '9' {
-			return 0, syntaxError(s, NotDigit, i)
+			return 0, syntaxError(s, reasonNotDigit, i)
 		}
 		d := uint64(c - '0')
 		if n > (1<<64-1-d)/10 {
-			return 0, syntaxError(s, Overflow, 0)
+			return 0, syntaxError(s, reasonOverflow, 0)
 		}
 		n = n*10 + d
 	}
 	switch {
 	case s[0] == '0' && len(s) > 1:
-		return 0, syntaxError(s, LeadingZero, 0)
+		return 0, syntaxError(s, reasonLeadingZero, 0)
 	case n == 0:
-		return 0, syntaxError(s, Zero, 0)
+		return 0, syntaxError(s, reasonZero, 0)
 	}
 	return Token(n), nil
 }
 
-func syntaxError(s string, r Reason, off int) error {
+func syntaxError(s string, r string, off int) error {
 	const keep = 32
 	if len(s) > keep {
 		s = s[:keep]

@@ -41,39 +41,39 @@ func TestParseRejectsHostileInput(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
-		want token.Reason
+		want string
 	}{
 		// Nothing at all: a header present but empty.
-		{"empty", "", token.Empty},
+		{"empty", "", "empty"},
 		// The zero token means "none" and is never issued.
-		{"zero", "0", token.Zero},
+		{"zero", "0", "zero is not a token"},
 		// "00" is zero with a leading zero; either way never valid.
-		{"double zero", "00", token.LeadingZero},
+		{"double zero", "00", "leading zero"},
 		// Leading zeros would give one token two spellings.
-		{"leading zero", "042", token.LeadingZero},
-		{"plus sign", "+42", token.NotDigit},
-		{"minus sign", "-42", token.NotDigit},
-		{"leading space", " 42", token.NotDigit},
-		{"trailing space", "42 ", token.NotDigit},
-		{"trailing newline", "42\n", token.NotDigit},
+		{"leading zero", "042", "leading zero"},
+		{"plus sign", "+42", "not a decimal digit"},
+		{"minus sign", "-42", "not a decimal digit"},
+		{"leading space", " 42", "not a decimal digit"},
+		{"trailing space", "42 ", "not a decimal digit"},
+		{"trailing newline", "42\n", "not a decimal digit"},
 		// A CRLF could split an HTTP header or forge a log line.
-		{"header injection", "42\r\nX-Admin: 1", token.NotDigit},
-		{"NUL byte", "4\x002", token.NotDigit},
-		{"hex", "0x2a", token.NotDigit},
-		{"exponent", "1e9", token.NotDigit},
-		{"decimal point", "42.0", token.NotDigit},
-		{"digit grouping", "1_000", token.NotDigit},
-		{"comma list", "1,2", token.NotDigit},
+		{"header injection", "42\r\nX-Admin: 1", "not a decimal digit"},
+		{"NUL byte", "4\x002", "not a decimal digit"},
+		{"hex", "0x2a", "not a decimal digit"},
+		{"exponent", "1e9", "not a decimal digit"},
+		{"decimal point", "42.0", "not a decimal digit"},
+		{"digit grouping", "1_000", "not a decimal digit"},
+		{"comma list", "1,2", "not a decimal digit"},
 		// Unicode digits are digits to unicode.IsDigit, not to us.
-		{"arabic-indic digits", "٤٢", token.NotDigit},
-		{"fullwidth digits", "４２", token.NotDigit},
-		{"invalid UTF-8", "4\xff2", token.NotDigit},
+		{"arabic-indic digits", "٤٢", "not a decimal digit"},
+		{"fullwidth digits", "４２", "not a decimal digit"},
+		{"invalid UTF-8", "4\xff2", "not a decimal digit"},
 		// 2^64 is one past the largest.
-		{"2^64", "18446744073709551616", token.Overflow},
-		{"20 nines", "99999999999999999999", token.Overflow},
-		{"21 digits", "100000000000000000000", token.TooLong},
-		{"very long", strings.Repeat("9", 10000), token.TooLong},
-		{"long with leading zeros", strings.Repeat("0", 25) + "1", token.TooLong},
+		{"2^64", "18446744073709551616", "does not fit in 64 bits"},
+		{"20 nines", "99999999999999999999", "does not fit in 64 bits"},
+		{"21 digits", "100000000000000000000", "longer than 20 digits"},
+		{"very long", strings.Repeat("9", 10000), "longer than 20 digits"},
+		{"long with leading zeros", strings.Repeat("0", 25) + "1", "longer than 20 digits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := token.Parse(tc.in)
@@ -91,7 +91,7 @@ func TestParseRejectsHostileInput(t *testing.T) {
 				t.Fatalf("error %T is not a *SyntaxError", err)
 			}
 			if se.Reason != tc.want {
-				t.Errorf("reason %v, want %v", se.Reason, tc.want)
+				t.Errorf("reason %q, want %q", se.Reason, tc.want)
 			}
 			if len(se.Input) > 32 {
 				t.Errorf("error keeps %d bytes of input, want at most 32", len(se.Input))
@@ -107,7 +107,7 @@ func TestSyntaxErrorOffset(t *testing.T) {
 	_, err := token.Parse("12x4")
 	var se *token.SyntaxError
 	if !errors.As(err, &se) || se.Offset != 2 {
-		t.Fatalf("Parse(\"12x4\") = %v, want NotDigit at offset 2", err)
+		t.Fatalf("Parse(\"12x4\") = %v, want \"not a decimal digit\" at offset 2", err)
 	}
 	if want := `invalid fencing token "12x4": not a decimal digit at offset 2`; err.Error() != want {
 		t.Errorf("message %q, want %q", err.Error(), want)

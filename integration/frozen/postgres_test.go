@@ -254,7 +254,7 @@ func TestPostgresTxFaultedMidTransaction(t *testing.T) {
 				if strings.HasPrefix(where, "lazy-") {
 					k, where = e.lazy, strings.TrimPrefix(where, "lazy-")
 				}
-				res := "mid-" + f.name + "-" + where + "-" + k.String() + fmt.Sprint(k == e.lazy)
+				res := "mid-" + f.name + "-" + where + "-" + "fence_tokens" + fmt.Sprint(k == e.lazy)
 				if err := e.k.Fence(e.admin).Claim(ctx, res, 50); err != nil {
 					t.Fatal(err)
 				}

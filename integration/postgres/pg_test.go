@@ -54,7 +54,7 @@ func itemsTable(t *testing.T, pool *pgxpool.Pool, name, keyType string) *postgre
 	return tb
 }
 
-// TestTableContextTokenOfAnotherKey: token.Resolve is the one rule by which
+// TestTableContextTokenOfAnotherKey: enforce.Resolve is the one rule by which
 // every enforcer takes a token from the context: a zero token uses the
 // context's only for the very key fenced. Inside guard.Do("sku:42") a Table
 // call on row 43 with the zero token is refused (token.ErrMissing) instead of
@@ -73,14 +73,14 @@ func TestTableContextTokenOfAnotherKey(t *testing.T) {
 	err := items.Update(in42, pool, 43, 0, postgres.Set("stock", 0))
 	if err == nil {
 		errHonest := items.Update(ctx, pool, 43, 500, postgres.Set("stock", 9))
-		t.Errorf("Update of row 43 with the zero token inside a context for sku:42 was accepted with sku:42's token (want a *token.MismatchError, as token.Resolve documents for Table); the honest holder of row 43 (token 500) then got: %v", errHonest)
+		t.Errorf("Update of row 43 with the zero token inside a context for sku:42 was accepted with sku:42's token (want an error wrapping token.ErrMissing that names both keys); the honest holder of row 43 (token 500) then got: %v", errHonest)
 	} else if !errors.Is(err, token.ErrMissing) {
 		t.Errorf("got %v, want an error wrapping token.ErrMissing", err)
 	}
 }
 
 // TestPostgresFenceAndTxContextRule: the PostgreSQL Fence and Tx follow
-// token.Resolve.
+// enforce.Resolve.
 func TestPostgresFenceAndTxContextRule(t *testing.T) {
 	ctx := context.Background()
 	pool := pgPool(t, nil)

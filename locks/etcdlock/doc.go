@@ -141,12 +141,12 @@
 // # The Fence
 //
 // [Fence] stores marks in etcd. Its check ([FenceOptions].Check, default
-// [token.DefaultCheck]) runs first, through [token.Admit]; then one
+// [token.DefaultCheck]) runs first, through [enforce.Admit]; then one
 // transaction compares and writes — a token equal to the mark is written
 // again, so every acceptance and refusal is decided by a transaction in
 // etcd's replicated log, linearizable through any member, never by a read
 // a lagging member could serve. [Fence.Reset] sets one mark by name in one
-// transaction and logs it (token.LogReset).
+// transaction and logs it (enforce.LogReset).
 //
 // # Your own transactions: IsOwner
 //

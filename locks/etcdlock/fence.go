@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // FenceOptions configure a [Fence]. Zero fields select defaults.
@@ -17,7 +18,7 @@ type FenceOptions struct {
 	// Default "/fenceguard/fence/".
 	Prefix string
 
-	// Check runs before every claim ([token.Admit]); nil is
+	// Check runs before every claim ([enforce.Admit]); nil is
 	// [token.DefaultCheck], a [token.ClockBound]. etcd's tokens are
 	// revisions, far below the clock in µs, so the clock bound passes every
 	// one of them and stops only tokens made up far above the clock: use
@@ -81,15 +82,15 @@ func parseMark(v []byte) (token.Token, error) {
 	return token.Token(n), err
 }
 
-// Claim implements [token.Fence]: the fence's check ([token.Admit]), then
+// Claim implements [token.Fence]: the fence's check ([enforce.Admit]), then
 // one transaction that accepts and writes t unless the mark is above it. A
 // refusal by the check touches nothing in etcd.
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
-	t, err := token.Resolve(ctx, resource, t)
+	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return err
 	}
-	if err := token.Admit(ctx, f.check, resource, t); err != nil {
+	if err := enforce.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}
 	k := f.prefix + resource
@@ -124,7 +125,7 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 // replaced all the same — a reset is how such a key is repaired — and the
 // error says what it held.
 func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (token.Token, error) {
-	if err := token.CheckReset(resource, to); err != nil {
+	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, err
 	}
 	k := f.prefix + resource
@@ -140,7 +141,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 			perr = fmt.Errorf("etcdlock: reset %q to %d: done, but the key replaced held %q, not a mark: %w", resource, to, pkv.Value, err)
 		}
 	}
-	token.LogReset(ctx, f.logger, "etcd", resource, prev, to)
+	enforce.LogReset(ctx, f.logger, "etcd", resource, prev, to)
 	return prev, perr
 }
 

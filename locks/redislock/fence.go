@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // Fence is a [token.Fence] that keeps each resource's high-water mark in
@@ -173,11 +174,11 @@ func (f *Fence) key(resource string) string { return f.prefix + "{" + resource +
 // [*ReplicaError] when too few replicas acknowledged, and with the server's
 // error (READONLY) on a replica.
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
-	t, err := token.Resolve(ctx, resource, t)
+	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return err
 	}
-	if err := token.Admit(ctx, f.check, resource, t); err != nil {
+	if err := enforce.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}
 	v, acked, err := f.run(ctx, claimScript, f.key(resource), t.String())
@@ -207,13 +208,13 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 
 // Reset implements [token.Resetter]: it sets resource's mark to to, lower
 // or higher, in one script, and logs the change at Warn level
-// ([token.LogReset], store "redis"). With Replicas set it waits for them
+// ([enforce.LogReset], store "redis"). With Replicas set it waits for them
 // like a claim, and fails with a [*ReplicaError] (after logging: the master
 // has the new mark) when too few acknowledged. A key that held something
 // else than a token (written by hand) is replaced all the same; Reset then
 // returns 0 and an error that says what it held.
 func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (token.Token, error) {
-	if err := token.CheckReset(resource, to); err != nil {
+	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, err
 	}
 	v, acked, err := f.run(ctx, resetScript, f.key(resource), to.String())
@@ -225,11 +226,11 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 	if s != "" {
 		if prev, err = token.Parse(s); err != nil {
 			// Not a mark a claim wrote; it is replaced all the same.
-			token.LogReset(ctx, f.logger, "redis", resource, 0, to)
+			enforce.LogReset(ctx, f.logger, "redis", resource, 0, to)
 			return 0, fmt.Errorf("redislock: reset %q: the mark held %q (now %d): %w", resource, s, to, err)
 		}
 	}
-	token.LogReset(ctx, f.logger, "redis", resource, prev, to)
+	enforce.LogReset(ctx, f.logger, "redis", resource, prev, to)
 	if acked < f.replicas {
 		return prev, &ReplicaError{Op: "reset", Resource: resource, Token: to, Acked: acked, Wanted: f.replicas}
 	}

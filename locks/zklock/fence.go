@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // FenceConn is what a [Fence] needs of a ZooKeeper connection; *zk.Conn
@@ -29,7 +30,7 @@ type FenceOptions struct {
 	// "/fenceguard/fence".
 	Prefix string
 
-	// Check runs before every claim ([token.Admit]); a refusal moves
+	// Check runs before every claim ([enforce.Admit]); a refusal moves
 	// nothing. Nil is [token.DefaultCheck], a clock bound that ZooKeeper's
 	// tokens (zxids, far below the clock in µs) always pass: to refuse
 	// forged tokens, use a [token.SequencerCheck] on a [Sequencer].
@@ -132,11 +133,11 @@ func (f *Fence) path(resource string) string { return f.prefix + "/" + escape(re
 // write through the leader unless the token is refused (see "Read
 // consistency").
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
-	t, err := token.Resolve(ctx, resource, t)
+	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return err
 	}
-	if err := token.Admit(ctx, f.check, resource, t); err != nil {
+	if err := enforce.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}
 	p := f.path(resource)
@@ -214,11 +215,11 @@ func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, er
 // Reset implements [token.Resetter]: it sets resource's mark to to, lower
 // or higher, with a write conditional on the version it read (so prev is
 // exactly the mark it replaced: a claim in between makes it read again),
-// and logs it with [token.LogReset]. When ctx ends while the write is out,
+// and logs it with [enforce.LogReset]. When ctx ends while the write is out,
 // Reset returns ctx's error and the write may still land: it is then
 // logged when its reply comes.
 func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (token.Token, error) {
-	if err := token.CheckReset(resource, to); err != nil {
+	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, err
 	}
 	p := f.path(resource)
@@ -234,7 +235,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 		}
 		err = fenceWrite(ctx, write, func(err error) {
 			if err == nil {
-				token.LogReset(context.WithoutCancel(ctx), f.logger, "zookeeper", resource, prev, to)
+				enforce.LogReset(context.WithoutCancel(ctx), f.logger, "zookeeper", resource, prev, to)
 			}
 		})
 		if retryable(err) {
@@ -243,7 +244,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 		if err != nil {
 			return 0, fmt.Errorf("zklock: reset %q: %w", resource, err)
 		}
-		token.LogReset(ctx, f.logger, "zookeeper", resource, prev, to)
+		enforce.LogReset(ctx, f.logger, "zookeeper", resource, prev, to)
 		return prev, nil
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,9 +170,9 @@ func testBadInput(t *testing.T, s Subject) {
 	}
 }
 
-// The zero token takes the context's token for the context's own key only
-// ([token.Resolve]): for another key it is refused as missing, naming both
-// keys, and moves no mark.
+// The zero token takes the context's token for the context's own key only:
+// for another key it is refused as missing, naming both keys, and moves no
+// mark.
 func testContextToken(t *testing.T, s Subject) {
 	ctx := ctxFor(t)
 	held := token.NewContext(ctx, "held", 20)
@@ -182,9 +183,8 @@ func testContextToken(t *testing.T, s Subject) {
 		t.Errorf("after the context's token was claimed, high-water %d, want 20", got)
 	}
 	err := s.Fence.Claim(held, "other", 0)
-	var me *token.MismatchError
-	if !errors.Is(err, token.ErrMissing) || !errors.As(err, &me) || me.Key != "other" || me.ContextKey != "held" {
-		t.Errorf("Claim(other, 0) in a context carrying held's token = %v, want a *token.MismatchError{other, held} wrapping ErrMissing", err)
+	if !errors.Is(err, token.ErrMissing) || !strings.Contains(err.Error(), `"other"`) || !strings.Contains(err.Error(), `"held"`) {
+		t.Errorf("Claim(other, 0) in a context carrying held's token = %v, want an error wrapping ErrMissing that names both keys", err)
 	}
 	if got := highWater(ctx, t, s, "other"); got != 0 {
 		t.Errorf("another key's context token wrote high-water %d", got)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
@@ -78,7 +79,7 @@ func TestBroken(t *testing.T) {
 type defects struct {
 	acceptLower bool // no check at all: the latest token wins
 	float       bool // compares as float64, as a Lua script on numbers would
-	noCheck     bool // skips token.CheckClaim
+	noCheck     bool // skips enforce.CheckClaim
 	ignoreCheck bool // never runs the token.Check it was given
 	resetAll    bool // Reset moves every mark, not just the named one
 }
@@ -94,7 +95,7 @@ type broken struct {
 
 func (b *broken) Claim(_ context.Context, r string, t token.Token) error {
 	if !b.noCheck {
-		if err := token.CheckClaim(r, t); err != nil {
+		if err := enforce.CheckClaim(r, t); err != nil {
 			return err
 		}
 	}
@@ -131,7 +132,7 @@ func (b *broken) highWater(_ context.Context, r string) (token.Token, error) {
 }
 
 func (b *broken) Reset(_ context.Context, r string, to token.Token) (token.Token, error) {
-	if err := token.CheckReset(r, to); err != nil {
+	if err := enforce.CheckReset(r, to); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // MemoryStore keeps items in process memory: the fallback when no
@@ -144,9 +145,9 @@ func (s *MemoryStore) Marks() int {
 // Ping implements [Store]; memory always answers.
 func (s *MemoryStore) Ping(context.Context) error { return nil }
 
-// ResetMark implements [Store]: the item's mark, logged (token.LogReset).
+// ResetMark implements [Store]: the item's mark, logged (enforce.LogReset).
 func (s *MemoryStore) ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
-	if err := token.CheckReset(rowResource(sku), to); err != nil {
+	if err := enforce.CheckReset(rowResource(sku), to); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
@@ -159,6 +160,6 @@ func (s *MemoryStore) ResetMark(ctx context.Context, sku string, to token.Token)
 	if !ok {
 		return 0, ErrNotFound
 	}
-	token.LogReset(ctx, s.Logger, "inventory memory store", rowResource(sku), prev, to)
+	enforce.LogReset(ctx, s.Logger, "inventory memory store", rowResource(sku), prev, to)
 	return prev, nil
 }

@@ -47,7 +47,7 @@ type Store interface {
 	// HighWater returns the item's high-water mark, 0 when none was claimed.
 	HighWater(ctx context.Context, sku string) (token.Token, error)
 	// ResetMark sets the item's fencing mark to to, and returns the mark
-	// it replaced. The stores log it (token.LogReset).
+	// it replaced. The stores log it (enforce.LogReset).
 	ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error)
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
