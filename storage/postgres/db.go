@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // DB is what this package needs of a connection. [*pgxpool.Pool],
@@ -40,8 +41,6 @@ var (
 	// column list that does not match its destinations, an assignment to
 	// the key or token column, …). Nothing was sent to the server.
 	ErrBadInput = errors.New("postgres: bad input")
-	// ErrBadOptions: [NewTable] or [NewTokens] got inconsistent options.
-	ErrBadOptions = errors.New("postgres: bad options")
 	// ErrSchema is what every [*SchemaError] unwraps to.
 	ErrSchema = errors.New("postgres: schema not set up for fencing")
 )
@@ -85,17 +84,17 @@ func wrapErr(op, object string, err error) error {
 // maxToken is the largest token a bigint column holds.
 const maxToken = token.MaxInt64
 
-// admit runs [token.Admit] — the zero token and the empty resource are
+// admit runs [enforce.Admit] — the zero token and the empty resource are
 // refused, then check ([token.DefaultCheck] when nil) — and then refuses a
 // token that does not fit a bigint. It runs before any statement, so a
 // refused token sends nothing and moves nothing. A [*token.ForgedError]
 // comes back as the check returned it; anything else the check returns
 // (it could not decide) is wrapped, and refuses just the same.
 func admit(ctx context.Context, check token.Check, resource string, t token.Token) (int64, error) {
-	if err := token.CheckClaim(resource, t); err != nil {
+	if err := enforce.CheckClaim(resource, t); err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
 	}
-	if err := token.Admit(ctx, check, resource, t); err != nil {
+	if err := enforce.Admit(ctx, check, resource, t); err != nil {
 		var fe *token.ForgedError
 		if errors.As(err, &fe) {
 			return 0, err
@@ -116,14 +115,14 @@ func bigint(resource string, t token.Token) (int64, error) {
 
 // resourceToken resolves the resource key and token of a table-mode call:
 // an empty resource is the context's; a zero token is the context's only
-// when the context carries it for this very resource ([token.Resolve]: a
+// when the context carries it for this very resource ([enforce.Resolve]: a
 // token means nothing against another lock's key, and the refusal names
 // both). It then admits them ([admit]).
 func resourceToken(ctx context.Context, check token.Check, resource string, t token.Token) (string, token.Token, int64, error) {
 	if ck, _, ok := token.FromContext(ctx); resource == "" && ok {
 		resource = ck
 	}
-	t, err := token.Resolve(ctx, resource, t)
+	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("postgres: %w", err)
 	}
@@ -139,9 +138,9 @@ func resourceToken(ctx context.Context, check token.Check, resource string, t to
 func checkIdentifier(what, s string) error {
 	switch {
 	case s == "":
-		return fmt.Errorf("%w: empty %s", ErrBadOptions, what)
+		return fmt.Errorf("postgres: empty %s", what)
 	case strings.ContainsRune(s, 0):
-		return fmt.Errorf("%w: %s %q contains a NUL byte", ErrBadOptions, what, s)
+		return fmt.Errorf("postgres: %s %q contains a NUL byte", what, s)
 	}
 	return nil
 }
@@ -149,7 +148,7 @@ func checkIdentifier(what, s string) error {
 // checkName validates a table name of one or two (schema, table) parts.
 func checkName(what string, id pgx.Identifier) error {
 	if len(id) == 0 || len(id) > 2 {
-		return fmt.Errorf("%w: %s must be [table] or [schema, table], got %d parts", ErrBadOptions, what, len(id))
+		return fmt.Errorf("postgres: %s must be [table] or [schema, table], got %d parts", what, len(id))
 	}
 	for _, p := range id {
 		if err := checkIdentifier(what, p); err != nil {

@@ -188,7 +188,7 @@ func ExampleNewFence() {
 func ExampleNewTable() {
 	_, err := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"items"}})
 	fmt.Println(err)
-	// Output: postgres: bad options: empty key column
+	// Output: postgres: empty key column
 }
 
 // Guard against forged tokens with the lock service's word as well as the

@@ -38,9 +38,6 @@ type Expression struct {
 // single quotes are fine; values belong in args.
 func Expr(sql string, args ...any) Expression { return Expression{sql, args} }
 
-// String returns the expression's SQL text, as written.
-func (e Expression) String() string { return e.sql }
-
 // Kinds of [Assignment].
 const (
 	clauseValue = iota // column = $n
@@ -94,13 +91,11 @@ func (e *ConditionError) Error() string {
 
 func (e *ConditionError) Unwrap() error { return ErrCondition }
 
-// ErrNoColumn is what every [*ColumnError] unwraps to.
-var ErrNoColumn = errors.New("postgres: no such column")
-
 // ColumnError reports that a statement of a [Table] named a column the
 // table does not have: a typo in [Set], [Add] or [Table.Read]'s columns,
 // or in an [Expr] or [Where] fragment. The statement failed as a whole:
-// nothing was written and no mark moved. When the missing column is the
+// nothing was written and no mark moved. It unwraps to [ErrSchema] and
+// to the server's error. When the missing column is the
 // Table's own key or token column, the error is a [*SchemaError] (the
 // table is not set up for fencing) with the ColumnError as its cause.
 type ColumnError struct {
@@ -113,7 +108,7 @@ func (e *ColumnError) Error() string {
 	return fmt.Sprintf("postgres: table %s has no column %q", e.Table, e.Column)
 }
 
-func (e *ColumnError) Unwrap() []error { return []error{ErrNoColumn, e.Err} }
+func (e *ColumnError) Unwrap() []error { return []error{ErrSchema, e.Err} }
 
 // checkedFragment checks e's arguments and renumbers its placeholders
 // from first ([fragment]).

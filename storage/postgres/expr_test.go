@@ -279,9 +279,9 @@ func TestUpdateExprHostileInput(t *testing.T) {
 	}{
 		// Column names are quoted: a name that tries to break out names a
 		// column that does not exist.
-		{"column name injection", []postgres.Assignment{postgres.Set(`stock" = 0, fence_token = 0 --`, 1)}, postgres.ErrNoColumn},
-		{"Add column injection", []postgres.Assignment{postgres.Add(`stock" = 0; --`, 1)}, postgres.ErrNoColumn},
-		{"Expr column injection", []postgres.Assignment{postgres.Set(`note" = 'x', "stock`, postgres.Expr("$1", 1))}, postgres.ErrNoColumn},
+		{"column name injection", []postgres.Assignment{postgres.Set(`stock" = 0, fence_token = 0 --`, 1)}, postgres.ErrSchema},
+		{"Add column injection", []postgres.Assignment{postgres.Add(`stock" = 0; --`, 1)}, postgres.ErrSchema},
+		{"Expr column injection", []postgres.Assignment{postgres.Set(`note" = 'x', "stock`, postgres.Expr("$1", 1))}, postgres.ErrSchema},
 		{"NUL in a column name", []postgres.Assignment{postgres.Add("sto\x00ck", 1)}, postgres.ErrBadInput},
 		{"Add to the token column", []postgres.Assignment{postgres.Add("fence_token", -100)}, postgres.ErrBadInput},
 		{"Expr to the key column", []postgres.Assignment{postgres.Set("id", postgres.Expr("id + $1", 1))}, postgres.ErrBadInput},
@@ -308,8 +308,8 @@ func TestUpdateExprHostileInput(t *testing.T) {
 		{"a condition only", []postgres.Assignment{postgres.Where("stock > 0")}, postgres.ErrBadInput},
 		{"column twice", []postgres.Assignment{postgres.Add("stock", 1), postgres.Set("stock", 1)}, postgres.ErrBadInput},
 		// Typos name the column.
-		{"typo in Add", []postgres.Assignment{postgres.Add("stokc", -1), postgres.Where("stock > 0")}, postgres.ErrNoColumn},
-		{"typo in a condition", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stokc > 0")}, postgres.ErrNoColumn},
+		{"typo in Add", []postgres.Assignment{postgres.Add("stokc", -1), postgres.Where("stock > 0")}, postgres.ErrSchema},
+		{"typo in a condition", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stokc > 0")}, postgres.ErrSchema},
 		// A type error in a fragment is the fragment's, not the schema's.
 		{"type error in a condition", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("note > 5")}, nil},
 	} {
@@ -366,11 +366,11 @@ func TestUnknownColumn(t *testing.T) {
 		{"no key column", wrongKey.Update(ctx, pool, "x", 5, postgres.Add("stock", 1)), "sku", true},
 	} {
 		var ce *postgres.ColumnError
-		if !errors.As(c.err, &ce) || !errors.Is(c.err, postgres.ErrNoColumn) || ce.Column != c.column || ce.Table == "" {
+		if !errors.As(c.err, &ce) || !errors.Is(c.err, postgres.ErrSchema) || ce.Column != c.column || ce.Table == "" {
 			t.Errorf("%s: %v, want a ColumnError naming %q", c.name, c.err, c.column)
 			continue
 		}
-		if errors.Is(c.err, postgres.ErrSchema) != c.schema {
+		if se := new(postgres.SchemaError); errors.As(c.err, &se) != c.schema {
 			t.Errorf("%s: %v: SchemaError %v, want %v", c.name, c.err, !c.schema, c.schema)
 		}
 		t.Logf("%s: %v", c.name, c.err)

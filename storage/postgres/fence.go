@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // Fence is a [token.Fence] that keeps each resource's high-water mark in a
@@ -55,13 +56,13 @@ func (k *Tokens) Fence(db DB) *Fence { return &Fence{db: db, tokens: k} }
 // a higher token was accepted, in which case it returns a
 // [*token.StaleError] with the current mark. A zero t is the context's
 // token when the context carries one for resource itself
-// ([token.Resolve]), else [token.ErrMissing].
+// ([enforce.Resolve]), else [token.ErrMissing].
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
-	t, err := token.Resolve(ctx, resource, t)
+	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	if err := token.CheckClaim(resource, t); err != nil {
+	if err := enforce.CheckClaim(resource, t); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	if f.db == nil {

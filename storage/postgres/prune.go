@@ -15,10 +15,11 @@ import (
 // that no transaction of Prune holds many row locks or runs long.
 const pruneBatch = 5000
 
-// ErrNotMigrated is returned by [Tokens.Prune] on a high-water table that
-// [Tokens.Migrate] of this version has not run on: without the floor's
-// trigger and row, deleting marks would not be safe.
-var ErrNotMigrated = errors.New("postgres: the high-water table lacks the floor trigger; run Migrate")
+// errNotMigrated is the cause of the [*SchemaError] [Tokens.Prune] returns
+// on a high-water table that [Tokens.Migrate] of this version has not run
+// on: without the floor's trigger and row, deleting marks would not be
+// safe.
+var errNotMigrated = errors.New("the high-water table lacks the floor trigger; run Migrate")
 
 // Prune deletes, from the default high-water table, the marks not claimed
 // for olderThan. See [Tokens.Prune].
@@ -49,7 +50,7 @@ func Prune(ctx context.Context, db DB, olderThan time.Duration) (int64, error) {
 // DELETE has committed, and the floor was raised in that commit. Marks
 // locked by a claim in progress (a [Tokens.Tx] holding its resource) are
 // skipped, not waited for. [Tokens.HighWater] of a pruned key is the
-// floor. Prune refuses, with [ErrNotMigrated] and nothing deleted, on a
+// floor. Prune refuses, with a [*SchemaError] and nothing deleted, on a
 // table that lacks the trigger.
 //
 // # Liveness: choosing olderThan
@@ -87,7 +88,7 @@ func (k *Tokens) Prune(ctx context.Context, db DB, olderThan time.Duration) (int
 		return 0, wrapErr("prune", k.name, err)
 	}
 	if !migrated {
-		return 0, fmt.Errorf("%w (%s)", ErrNotMigrated, k.name)
+		return 0, &SchemaError{Object: k.name, Err: errNotMigrated}
 	}
 	var total int64
 	for retries := 0; ; {

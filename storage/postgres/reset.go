@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // errRace makes inTx run its function again: a row appeared between the
@@ -69,7 +70,7 @@ func inTx(ctx context.Context, db DB, what string, fn func(pgx.Tx) error) error 
 // marks). On a [pgx.Tx] it runs on a savepoint and takes effect when the
 // caller commits; the record is written when the savepoint is released.
 func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Token) (prev token.Token, err error) {
-	if err := token.CheckReset(resource, to); err != nil {
+	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
 	}
 	v, err := bigint(resource, to)
@@ -107,7 +108,7 @@ func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Tok
 	if err != nil {
 		return 0, wrapErr("reset "+resource+" in", k.name, err)
 	}
-	token.LogReset(ctx, k.logger, "postgres "+k.name, resource, prev, to)
+	enforce.LogReset(ctx, k.logger, "postgres "+k.name, resource, prev, to)
 	return prev, nil
 }
 
@@ -164,7 +165,7 @@ func (tb *Table) Reset(ctx context.Context, db DB, key any, to token.Token) (pre
 	if err != nil {
 		return 0, err
 	}
-	if err := token.CheckReset(resource, to); err != nil {
+	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
 	}
 	v, err := bigint(resource, to)
@@ -219,10 +220,10 @@ func (tb *Table) Reset(ctx context.Context, db DB, key any, to token.Token) (pre
 		return 0, wrapErr("reset", tb.name, err)
 	}
 	if rowFound {
-		token.LogReset(ctx, tb.logger, "postgres "+tb.name, resource, rowPrev, to)
+		enforce.LogReset(ctx, tb.logger, "postgres "+tb.name, resource, rowPrev, to)
 	}
 	if tombFnd {
-		token.LogReset(ctx, tb.logger, "postgres "+tb.tokens.name, tombName, tombPrev, to)
+		enforce.LogReset(ctx, tb.logger, "postgres "+tb.tokens.name, tombName, tombPrev, to)
 	}
 	return max(rowPrev, tombPrev), nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // TableOptions configure [NewTable].
@@ -47,10 +48,9 @@ type TableOptions struct {
 	// e.g. [LockKeyPrefix]("sku:") when rows of items are locked as
 	// "sku:<id>" (httpmw's PathValue("sku") and ChiParam("sku") keys). An operation given the zero token
 	// takes the context's token only when the context carries it for
-	// LockKey(key) — the one rule of every enforcer, [token.Resolve]: a
-	// token of another lock is refused as missing (a
-	// [*token.MismatchError] naming both keys), never used. Nil: the lock
-	// key is the row's resource name "<Name>/<key>".
+	// LockKey(key): a token of another lock is refused with an error
+	// wrapping [token.ErrMissing] that names both keys, never used. Nil:
+	// the lock key is the row's resource name "<Name>/<key>".
 	LockKey func(key any) string
 
 	// Logger receives the audit record of every [Table.Reset]. Nil is
@@ -69,7 +69,7 @@ type TableOptions struct {
 // row, [ErrNoRow] — a refusal costs a second statement to tell those two
 // apart (Delete tells them apart in its one statement). A zero token is
 // taken from the context when the context carries it for the row's lock
-// key ([TableOptions.LockKey], [token.Resolve]). Column names are quoted
+// key ([TableOptions.LockKey], [enforce.Resolve]). Column names are quoted
 // identifiers and values are query parameters, never SQL text; the only
 // SQL text a Table takes is the program's own [Expr] and [Where]
 // fragments, whose arguments are query parameters too.
@@ -130,7 +130,7 @@ type Table struct {
 const maxShapes = 256
 
 // NewTable returns the guarded table described by o. It fails with an
-// error wrapping [ErrBadOptions] for missing or unusable names; it does
+// descriptive error for missing or unusable names; it does
 // not touch the database.
 func NewTable(o TableOptions) (*Table, error) {
 	if o.Token == "" {
@@ -149,7 +149,7 @@ func NewTable(o TableOptions) (*Table, error) {
 		return nil, err
 	}
 	if o.Key == o.Token {
-		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadOptions, o.Key)
+		return nil, fmt.Errorf("postgres: key and token column are both %q", o.Key)
 	}
 	tb := &Table{
 		name:    strings.Join(o.Name, "."),
@@ -183,9 +183,6 @@ fenceguard_d AS (DELETE FROM ` + tb.tbl + ` r USING fenceguard_t WHERE r.` + tb.
 SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fenceguard_d)`
 	return tb, nil
 }
-
-// String returns the table's name as configured, e.g. "public.items".
-func (tb *Table) String() string { return tb.name }
 
 // Assignment is one clause of [Table.Update]: a column's new value —
 // [Set] with a value or an [Expr], [Add] — or a condition on the row,
@@ -436,7 +433,7 @@ func (tb *Table) admit(ctx context.Context, op, resource string, key any, t toke
 	if tb.lockKey != nil && t == 0 {
 		lk = tb.lockKey(key)
 	}
-	t, err := token.Resolve(ctx, lk, t)
+	t, err := enforce.Resolve(ctx, lk, t)
 	if err != nil {
 		return 0, 0, fmt.Errorf("postgres: %s: %w", op, err)
 	}
@@ -460,8 +457,8 @@ func (tb *Table) admit(ctx context.Context, op, resource string, key any, t toke
 // column's own Go type (int64 for a bigint key), never as the text a
 // client sent. PostgreSQL reads the string "01" as row 1 of a bigint key,
 // while its lock key is "sku:01" — another lock than row 1's "sku:1", so a
-// holder of "sku:01" could write row 1 under a lock that does not guard it
-// (found by review). Parse and canonicalise keys before they reach the
+// holder of "sku:01" could write row 1 under a lock that does not guard
+// it. Parse and canonicalise keys before they reach the
 // Table, as the handler must anyway to name the lock it takes.
 func LockKeyPrefix(prefix string) func(key any) string {
 	return func(key any) string {

@@ -45,15 +45,15 @@ type TokensOptions struct {
 	// which rolls its transaction back and frees the resource for the next
 	// holder, and the frozen holder's COMMIT then fails. Set it to the
 	// lease's TTL. When the context has a deadline sooner than that, the
-	// deadline is the bound. Zero is [DefaultHoldTimeout]; negative leaves
+	// deadline is the bound. Zero is 15 s; negative leaves
 	// the session's idle_in_transaction_session_timeout alone. See "A
 	// frozen holder" at [Tokens.Tx].
 	HoldTimeout time.Duration
 }
 
-// DefaultHoldTimeout is the [TokensOptions.HoldTimeout] of a zero option:
+// defaultHoldTimeout is the [TokensOptions.HoldTimeout] of a zero option:
 // the TTL of guard's leases by default.
-const DefaultHoldTimeout = 15 * time.Second
+const defaultHoldTimeout = 15 * time.Second
 
 // maxHoldTimeout is the largest idle_in_transaction_session_timeout
 // PostgreSQL takes: INT_MAX milliseconds, almost 25 days.
@@ -139,7 +139,7 @@ func mustTokens(o TokensOptions) *Tokens {
 }
 
 // NewTokens returns the high-water table named by o. It fails with an
-// error wrapping [ErrBadOptions] for an unusable name; it does not touch
+// descriptive error for an unusable name; it does not touch
 // the database.
 func NewTokens(o TokensOptions) (*Tokens, error) {
 	if o.Name == nil {
@@ -150,11 +150,11 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	}
 	switch {
 	case o.HoldTimeout == 0:
-		o.HoldTimeout = DefaultHoldTimeout
+		o.HoldTimeout = defaultHoldTimeout
 	case o.HoldTimeout < 0:
 		o.HoldTimeout = -1
 	case o.HoldTimeout > maxHoldTimeout:
-		return nil, fmt.Errorf("%w: HoldTimeout %v is above PostgreSQL's maximum %v", ErrBadOptions, o.HoldTimeout, maxHoldTimeout)
+		return nil, fmt.Errorf("postgres: HoldTimeout %v is above PostgreSQL's maximum %v", o.HoldTimeout, maxHoldTimeout)
 	}
 	tbl := o.Name.Sanitize()
 	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, lazy: o.ClaimWithFirstStatement,
@@ -238,9 +238,6 @@ func (k *Tokens) holdUntil(dl time.Time, ok bool) int64 {
 	}
 	return max(1, d.Milliseconds())
 }
-
-// String returns the table's name as configured, e.g. "fence_tokens".
-func (k *Tokens) String() string { return k.name }
 
 // HighWater returns the highest token accepted for resource, or, if it has
 // no mark (none accepted, or pruned), the floor of pruned marks it is

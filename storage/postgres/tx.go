@@ -43,8 +43,8 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //   - ctx is cancelled: the statement in flight fails, and the transaction
 //     is rolled back rather than committed — unless the cancellation
 //     comes while the COMMIT itself is on its way: then Tx returns the
-//     context's error but the server may have committed (review21 saw it
-//     commit), as with any statement already sent. After a commit error,
+//     context's error but the server may have committed, as with any
+//     statement already sent. After a commit error,
 //     read the outcome back (the mark, fn's rows) before retrying.
 //
 // An empty resource and a zero t are taken from ctx ([token.FromContext]);
@@ -77,7 +77,7 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 // long after its lease ran out. So the claim also sets, for the rest of
 // the transaction only (SET LOCAL, in the claim's own statement: no round
 // trip), idle_in_transaction_session_timeout to the hold bound — the
-// [TokensOptions.HoldTimeout] ([DefaultHoldTimeout], 15 s), or the time
+// [TokensOptions.HoldTimeout] (15 s by default), or the time
 // left to ctx's deadline when that is sooner. A session that sends nothing
 // for that long inside the transaction is ended by the server: the
 // transaction rolls back, the row lock is released, the next holder's
@@ -296,9 +296,9 @@ const rollbackGrace = 100 * time.Millisecond
 
 // rollback ends tx on a fresh context: the caller's may be the reason for
 // it, and already over. It is bounded by cleanupTimeout, and by the
-// caller's deadline plus rollbackGrace — a call returns by its deadline
-// even with PostgreSQL frozen (review20: a Tx returned 10s after a 500ms
-// deadline, the rollback waiting out cleanupTimeout). A rollback cut short
+// caller's deadline plus rollbackGrace, so a call returns by its deadline
+// even with PostgreSQL frozen, instead of waiting out cleanupTimeout. A
+// rollback cut short
 // closes the connection (pgx does so), which ends the transaction on the
 // server just the same: nothing of it commits.
 func rollback(ctx context.Context, tx pgx.Tx) {
