@@ -30,9 +30,9 @@
 // unreachable; a backend's clean-up after a failed acquire may go on in the
 // background, bounded, and its Close waits for it (lockstest's Unreachable
 // subtest checks this). Lockers with a minimum TTL implement [MinTTLer], so
-// that package guard refuses a shorter TTL when it is built. Wrapping
-// leases implement [Unwrapper]; [LeaseAs] finds a backend's own lease type
-// through them.
+// that package guard refuses a shorter TTL when it is built. Leases that
+// wrap another have a method Unwrap() Lease; [LeaseAs] finds a backend's own
+// lease type through them.
 //
 // # Errors
 //

@@ -84,14 +84,9 @@ func MinTTL(l Locker) time.Duration {
 	return 0
 }
 
-// Unwrapper is implemented by leases that wrap another one (package guard's
-// Lease, a tracing wrapper): Unwrap returns the lease underneath.
-type Unwrapper interface {
-	Unwrap() Lease
-}
-
 // LeaseAs returns the first lease in l's chain of Unwrap calls (l itself
-// first) of type T, say *etcdlock.Lease, to reach what only the backend
+// first; a lease that wraps another, as package guard's and a tracing
+// wrapper's do, has a method Unwrap() Lease) of type T, say *etcdlock.Lease, to reach what only the backend
 // offers:
 //
 //	if el, ok := locks.LeaseAs[*etcdlock.Lease](gl.Unwrap()); ok {
@@ -102,7 +97,7 @@ func LeaseAs[T any](l Lease) (T, bool) {
 		if t, ok := l.(T); ok {
 			return t, true
 		}
-		u, ok := l.(Unwrapper)
+		u, ok := l.(interface{ Unwrap() Lease })
 		if !ok {
 			break
 		}

@@ -235,7 +235,7 @@ func checkLive(t *testing.T, ctx context.Context, c *clientv3.Client, e *etcdloc
 		t.Fatalf("granted with its deadline past (%v)", local)
 	}
 	r, err := c.Get(ctx, e.OwnKey())
-	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].CreateRevision != e.CreateRevision() {
+	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].CreateRevision != int64(e.Token()) {
 		t.Fatalf("key %q: %v %v", e.OwnKey(), r, err)
 	}
 	select {

@@ -152,7 +152,7 @@
 //
 // A grant's [Lease.IsOwner] is the comparison that holds exactly while the
 // grant holds the lock (its key, [Lease.OwnKey], still there with its
-// create revision, [Lease.CreateRevision], which is also the token): put it
+// create revision, which is also the token): put it
 // in the If of a transaction of your own and the transaction commits only
 // while the lock is yours, as with concurrency.Mutex. Through package
 // guard, reach the lease with locks.LeaseAs on guard's Lease.Unwrap:

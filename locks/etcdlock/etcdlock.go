@@ -744,10 +744,6 @@ func (s *Lease) IsOwner() clientv3.Cmp {
 // lock's key): concurrency.Mutex's Key. It is attached to [Lease.LeaseID].
 func (s *Lease) OwnKey() string { return s.myKey }
 
-// CreateRevision is the create revision of [Lease.OwnKey], the grant's
-// fencing token as etcd's int64.
-func (s *Lease) CreateRevision() int64 { return s.rev }
-
 // abandon removes the grant's key (a gave-up waiter, or a grant whose
 // caller will never see it) on a context of its own, since ctx, the
 // caller's, may be done: see Locker.background.

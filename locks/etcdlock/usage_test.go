@@ -178,8 +178,9 @@ func TestIsOwnerFencesOwnTransaction(t *testing.T) {
 	if !ok {
 		t.Fatalf("Unwrap = %T, want an *etcdlock.Lease", first.Unwrap())
 	}
-	if token.Token(el.CreateRevision()) != first.Token() || !strings.HasPrefix(el.OwnKey(), d.Prefix) {
-		t.Fatalf("CreateRevision %d (token %d), OwnKey %q", el.CreateRevision(), first.Token(), el.OwnKey())
+	own, err := cli.Get(ctx, el.OwnKey())
+	if err != nil || len(own.Kvs) != 1 || token.Token(own.Kvs[0].CreateRevision) != first.Token() || !strings.HasPrefix(el.OwnKey(), d.Prefix) {
+		t.Fatalf("OwnKey %q: %v %v, want its create revision to be the token %d", el.OwnKey(), own, err, first.Token())
 	}
 	if !put(el, "first") {
 		t.Fatal("the holder's own transaction failed while it held the lock")

@@ -15,7 +15,7 @@
 // clock and are not affected by clock steps. A clock before 1970 floors
 // nothing.
 //
-// The counter is exact over its whole range and stops at [MaxToken]
+// The counter is exact over its whole range and stops at [token.MaxInt64]
 // (2^63−1, so every token fits a signed 64-bit column): a grant past it is
 // refused with an error wrapping a [*token.RangeError] — never a token
 // that wraps around below earlier ones. The clock floor stays far below

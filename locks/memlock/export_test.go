@@ -32,3 +32,10 @@ func SetClock(l *Locker, now func() time.Time) { l.clock = now }
 // grant from its channel, before checking it. A hook that blocks stands for
 // a goroutine that is not scheduled. Call it before first use.
 func SetHook(l *Locker, hook func(ctx context.Context, at string)) { l.hook = hook }
+
+// Len returns the number of keys l holds or has waiters for.
+func Len(l *Locker) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}

@@ -242,7 +242,7 @@ func TestAbandonWithExpiredGrantKeepsHolder(t *testing.T) {
 	if err := r3.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := l.Len(); n != 0 {
+	if n := memlock.Len(l); n != 0 {
 		t.Errorf("%d keys left", n)
 	}
 }

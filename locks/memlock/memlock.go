@@ -14,13 +14,12 @@ import (
 // MinTTL is the shortest TTL memlock accepts.
 const MinTTL = time.Millisecond
 
-// MaxToken is the ceiling of memlock's counter: the Locker refuses to grant
+// maxToken is the ceiling of memlock's counter: the Locker refuses to grant
 // past it rather than wrap around to a token below earlier ones. It is
 // [token.MaxInt64], as for every fenceguard locker, so every token fits a
 // signed 64-bit column (PostgreSQL's bigint). The clock floor alone stays
-// below it for the next 290,000 years; only a counter running ahead of the
-// clock by that much could reach it.
-const MaxToken = token.MaxInt64
+// below it for the next 290,000 years.
+const maxToken = token.MaxInt64
 
 // Locker is an in-process [locks.Locker]. The zero value is ready to use; a
 // Locker must not be copied after first use.
@@ -183,13 +182,6 @@ func (l *Locker) abandon(key string, e *entry, w *waiter) {
 	}
 }
 
-// Len returns the number of keys held or waited for.
-func (l *Locker) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
-}
-
 // Issued returns an upper bound of every token the Locker has issued for
 // key: exactly the last token it issued for any key, since one counter
 // feeds them all. It never fails and ignores ctx. It is no bound for a
@@ -296,16 +288,16 @@ func (l *Locker) grantFreeLocked(key string, e *entry, ttl time.Duration) (locks
 }
 
 // grantLocked makes the next token and gives e to a new lease. Past
-// [MaxToken] it refuses with an error wrapping a [*token.RangeError] and
+// [token.MaxInt64] it refuses with an error wrapping a [*token.RangeError] and
 // changes nothing.
 func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) (*Lease, error) {
-	if l.last >= MaxToken {
+	if l.last >= maxToken {
 		next := l.last
 		if next < 1<<64-1 {
 			next++
 		}
 		return nil, fmt.Errorf("memlock: grant of %q: %w", key,
-			&token.RangeError{What: "memlock counter", Token: next, Max: MaxToken})
+			&token.RangeError{What: "memlock counter", Token: next, Max: maxToken})
 	}
 	now := l.now()
 	// A clock before 1970 floors nothing (and must not turn into a huge

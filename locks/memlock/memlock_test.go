@@ -59,7 +59,7 @@ func TestIdleKeysLeaveNothingBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := l.Len(); n != 0 {
+	if n := memlock.Len(l); n != 0 {
 		t.Fatalf("%d keys kept after every lock was released", n)
 	}
 }

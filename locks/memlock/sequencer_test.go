@@ -114,7 +114,7 @@ func TestCounterCeiling(t *testing.T) {
 		name string
 		last token.Token
 	}{
-		{"at MaxToken", memlock.MaxToken},
+		{"at MaxToken", token.MaxInt64},
 		{"2^64-1, where +1 wraps to 0", math.MaxUint64},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,11 +126,11 @@ func TestCounterCeiling(t *testing.T) {
 			} {
 				lease, err := acquire()
 				var re *token.RangeError
-				if !errors.As(err, &re) || !errors.Is(err, token.ErrRange) || re.Max != memlock.MaxToken {
-					t.Fatalf("%s: lease %d, err %v; want a *token.RangeError with Max %d", name, tokenOf(lease), err, memlock.MaxToken)
+				if !errors.As(err, &re) || !errors.Is(err, token.ErrRange) || re.Max != token.MaxInt64 {
+					t.Fatalf("%s: lease %d, err %v; want a *token.RangeError with Max %d", name, tokenOf(lease), err, token.MaxInt64)
 				}
 			}
-			if n := l.Len(); n != 0 {
+			if n := memlock.Len(l); n != 0 {
 				t.Errorf("%d keys left behind", n)
 			}
 			if issued, _ := l.Issued(ctx, "k"); issued != tt.last {
@@ -140,10 +140,10 @@ func TestCounterCeiling(t *testing.T) {
 	}
 	t.Run("the last token, then a waiter", func(t *testing.T) {
 		l := memlock.New()
-		memlock.SetLast(l, memlock.MaxToken-1)
+		memlock.SetLast(l, token.MaxInt64-1)
 		h := installHooks(l, "", "")
 		holder := mustAcquire(t, l, "k")
-		if holder.Token() != memlock.MaxToken {
+		if holder.Token() != token.MaxInt64 {
 			t.Fatalf("token %d, want MaxToken", holder.Token())
 		}
 		w := acquireAsync(ctx, l, "w", "k", time.Second)
@@ -152,7 +152,7 @@ func TestCounterCeiling(t *testing.T) {
 		if r := <-w; !errors.Is(r.err, token.ErrRange) {
 			t.Fatalf("waiter: token %d, err %v; want ErrRange", tokenOf(r.lease), r.err)
 		}
-		if n := l.Len(); n != 0 {
+		if n := memlock.Len(l); n != 0 {
 			t.Errorf("%d keys left behind", n)
 		}
 	})

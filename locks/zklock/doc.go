@@ -173,8 +173,8 @@
 // will survive: it may expire, and the lock be granted to another, before
 // the connection comes back. Every lease of the session is therefore lost
 // at once (ZooKeeper's and Curator's advice for a suspended connection):
-// [Lease.Done] (also [Lease.Lost], so package guard cancels the lease
-// context at once) is closed, and Renew fails with [locks.ErrNotHeld]
+// [Lease.Lost] is closed (so package guard cancels the lease context at
+// once), and Renew fails with [locks.ErrNotHeld]
 // without a request. An expired session loses its leases too. When the session
 // survives, the lost lease's znode is still there: Release deletes it, or
 // the deadline does. Waiting acquires ride out a broken connection; they
@@ -249,7 +249,7 @@
 // # Errors
 //
 // Besides the errors of package locks ([locks.ErrClosed] after [Locker.Close]):
-// [ErrNoSession] from TryAcquire and Issued when no session came up within
+// TryAcquire and Issued fail when no session came up within
 // Options.SessionWait (Acquire waits as long as its context allows);
 // connection and server errors come back wrapped, and mean the state of the
 // lock is unknown. The [locks.ErrNotHeld] of a lease says why it was lost.

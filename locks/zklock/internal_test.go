@@ -96,7 +96,7 @@ func TestReleaseWhileSessionDown(t *testing.T) {
 }
 
 // With no ensemble to reach, TryAcquire and Issued give up after
-// SessionWait with ErrNoSession, even with a context that never ends;
+// SessionWait with errNoSession, even with a context that never ends;
 // Acquire waits as long as its context allows.
 func TestNoSessionWithinSessionWait(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -111,14 +111,14 @@ func TestNoSessionWithinSessionWait(t *testing.T) {
 	}
 	defer l.Close()
 	start := time.Now()
-	if _, err := l.TryAcquire(context.Background(), "k", 500*time.Millisecond); !errors.Is(err, ErrNoSession) {
-		t.Errorf("TryAcquire: %v, want ErrNoSession", err)
+	if _, err := l.TryAcquire(context.Background(), "k", 500*time.Millisecond); !errors.Is(err, errNoSession) {
+		t.Errorf("TryAcquire: %v, want errNoSession", err)
 	}
 	if took := time.Since(start); took < 500*time.Millisecond {
 		t.Errorf("TryAcquire gave up after %v, before its TTL", took)
 	}
-	if _, err := l.Issued(context.Background(), "k"); !errors.Is(err, ErrNoSession) {
-		t.Errorf("Issued: %v, want ErrNoSession", err)
+	if _, err := l.Issued(context.Background(), "k"); !errors.Is(err, errNoSession) {
+		t.Errorf("Issued: %v, want errNoSession", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()

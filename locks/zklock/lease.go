@@ -143,15 +143,11 @@ func (le *Lease) Deadline() time.Time {
 // Path is the grant's znode.
 func (le *Lease) Path() string { return le.path }
 
-// Done is closed when the lease ends: released, not renewed by its
-// deadline, or its session's connection lost or the session expired, or
-// the locker closed. It is closed at once when the session reports the
-// loss, before any Renew would notice.
-func (le *Lease) Done() <-chan struct{} { return le.done }
-
-// Lost implements [locks.LossNotifier]: it is [Lease.Done], so a guard
-// cancels its lease context as soon as the session reports a broken
-// connection or an expiry, not at its next renewal.
+// Lost implements [locks.LossNotifier]. It is closed when the lease ends:
+// released, not renewed by its deadline, its session's connection lost or
+// the session expired, or the locker closed. It is closed at once when the
+// session reports the loss, before any Renew would notice, so a guard
+// cancels its lease context then, not at its next renewal.
 func (le *Lease) Lost() <-chan struct{} { return le.done }
 
 // lose ends a held lease. cleaned says the znode needs no deletion: the

@@ -28,10 +28,10 @@ const MinTTL = 100 * time.Millisecond
 // ended.
 var errClosed = fmt.Errorf("zklock: %w", locks.ErrClosed)
 
-// ErrNoSession is returned by TryAcquire and Issued when no session with
+// errNoSession is returned by TryAcquire and Issued when no session with
 // the ensemble came up within Options.SessionWait: they make one attempt,
 // and do not wait for an unreachable ensemble as Acquire does.
-var ErrNoSession = errors.New("zklock: no ZooKeeper session")
+var errNoSession = errors.New("zklock: no ZooKeeper session")
 
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
@@ -62,7 +62,7 @@ type Options struct {
 
 	// SessionWait bounds how long TryAcquire and Issued wait for a session
 	// to come up (a first connection, or a reconnect after a break) before
-	// they fail with [ErrNoSession], whatever their context allows.
+	// they fail with an error (no session), whatever their context allows.
 	// TryAcquire waits at least its TTL. Acquire waits as long as its
 	// context allows. Default 5s.
 	SessionWait time.Duration
@@ -336,14 +336,14 @@ func (l *Locker) anySession(ctx context.Context) (*session, view, error) {
 }
 
 // boundedSession runs get (which waits for a session) for at most wait,
-// and reports running out of it as [ErrNoSession] rather than as the
+// and reports running out of it as an error (no session) rather than as the
 // caller's context ending.
 func boundedSession(ctx context.Context, wait time.Duration, get func(context.Context) (*session, view, error)) (*session, view, error) {
 	bctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	s, v, err := get(bctx)
 	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
-		return nil, view{}, fmt.Errorf("%w within %v", ErrNoSession, wait)
+		return nil, view{}, fmt.Errorf("%w within %v", errNoSession, wait)
 	}
 	return s, v, err
 }
@@ -351,7 +351,7 @@ func boundedSession(ctx context.Context, wait time.Duration, get func(context.Co
 // TryAcquire implements [locks.Locker]. It reads the key's znode first and
 // writes nothing while the lock is held or waited for. It waits for a
 // session at most Options.SessionWait (at least the TTL), then fails with
-// [ErrNoSession].
+// an error (no session).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	return l.acquire(ctx, key, ttl, false)
 }

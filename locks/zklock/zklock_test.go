@@ -342,7 +342,7 @@ func TestHolderCutOffPastSessionTimeout(t *testing.T) {
 	}
 	cut := time.Now()
 	select {
-	case <-inner.Done():
+	case <-inner.Lost():
 		t.Logf("zklock lease ended %v after the cut", time.Since(cut))
 	case <-time.After(ttl):
 		t.Fatal("lease not ended after the cut")
@@ -518,7 +518,7 @@ func TestTTLMapping(t *testing.T) {
 		t.Fatalf("the unrenewed %v lease held the lock for %v", short, took)
 	}
 	select {
-	case <-first.(*zklock.Lease).Done():
+	case <-first.(*zklock.Lease).Lost():
 	default:
 		t.Fatal("the lapsed lease is not Done")
 	}
@@ -615,7 +615,7 @@ func TestCloseEndsLeases(t *testing.T) {
 		t.Errorf("blocked Acquire after Close: %v, want ErrClosed", err)
 	}
 	select {
-	case <-lease.(*zklock.Lease).Done():
+	case <-lease.(*zklock.Lease).Lost():
 	default:
 		t.Error("lease not Done after Close")
 	}
