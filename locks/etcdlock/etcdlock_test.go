@@ -15,7 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
@@ -24,8 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	servers.ExamplesNeed(servers.KindEtcd)
-	servers.Main(m)
+	etcdserver.ExamplesNeed()
+	harness.Main(m)
 }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
@@ -58,7 +59,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
+func conformance(t *testing.T, db func(testing.TB) *etcdserver.DB) {
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(t *testing.T) locks.Locker {
 			d := db(t)
@@ -69,18 +70,18 @@ func conformance(t *testing.T, db func(testing.TB) *servers.EtcdDB) {
 		Rounds:   10,
 		Unreachable: func(t *testing.T) (locks.Locker, func()) {
 			d := db(t)
-			p := servers.NewProxy(t, d.Endpoints[0])
+			p := harness.NewProxy(t, d.Endpoints[0])
 			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Cut() }
 		},
 		Blackholed: func(t *testing.T) (locks.Locker, func()) {
 			d := db(t)
-			p := servers.NewProxy(t, d.Endpoints[0])
+			p := harness.NewProxy(t, d.Endpoints[0])
 			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Blackhole() }
 		},
 	})
 }
 
-func TestConformanceEtcd34(t *testing.T) { conformance(t, servers.Etcd) }
+func TestConformanceEtcd34(t *testing.T) { conformance(t, etcdserver.Shared) }
 
 // A late or retried release of an old grant must not delete a newer grant
 // made with the same lease. (etcd's own Mutex names its key after the lease,
@@ -89,7 +90,7 @@ func TestConformanceEtcd34(t *testing.T) { conformance(t, servers.Etcd) }
 // grant's ownership test — its key still there with its create revision —
 // must fail for the old grant even though its lease lives on.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -136,8 +137,8 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 // context, the next holder gets a larger token, and the cut holder's release
 // does not touch the new grant.
 func TestHolderCutOffPastTTL(t *testing.T) {
-	d := servers.Etcd(t)
-	proxy := servers.NewProxy(t, d.Endpoints[0])
+	d := etcdserver.Shared(t)
+	proxy := harness.NewProxy(t, d.Endpoints[0])
 	cutOff := newLocker(t, newClient(t, []string{proxy.Addr()}), d.Prefix)
 	other := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	const ttl = 2 * time.Second
@@ -186,7 +187,7 @@ func TestHolderCutOffPastTTL(t *testing.T) {
 // monotonic; the holder either keeps the lock (its renewals go on) or learns
 // it lost it; never two live holders with one token.
 func TestLeaderKilledWhileHeld(t *testing.T) {
-	cl := servers.NewEtcdCluster(t, 3)
+	cl := etcdserver.NewCluster(t, 3)
 	c := newClient(t, cl.Endpoints())
 	l := newLocker(t, c, "/t/")
 	const ttl = 3 * time.Second
@@ -261,7 +262,7 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 // Waiters are served in the order they queued (create revision), across
 // clients.
 func TestWaitersServedInArrivalOrder(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
 	first, err := newLocker(t, c, d.Prefix).Acquire(ctx, "k", 10*time.Second)
@@ -315,7 +316,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // The guard learns of a deleted key from the watch, at once, not at its
 // next renewal.
 func TestLossReportedAtOnce(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	g, err := guard.New(newLocker(t, c, d.Prefix), guard.Options{TTL: 30 * time.Second})
 	if err != nil {
@@ -340,7 +341,7 @@ func TestLossReportedAtOnce(t *testing.T) {
 }
 
 func TestIssuedBoundsTokens(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	ctx := ctxFor(t, time.Minute)
 	lease, err := l.Acquire(ctx, "k", 10*time.Second)
@@ -356,7 +357,7 @@ func TestIssuedBoundsTokens(t *testing.T) {
 
 func TestFenceConformance(t *testing.T) {
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
-		d := servers.Etcd(t)
+		d := etcdserver.Shared(t)
 		f := etcdlock.NewFence(newClient(t, d.Endpoints), etcdlock.FenceOptions{
 			Prefix: d.Prefix + "fence/", Check: check, Logger: slog.New(slog.DiscardHandler),
 		})
@@ -368,7 +369,7 @@ func TestFenceConformance(t *testing.T) {
 // and both marks; a mark key holding something other than a mark is
 // repaired all the same, and the error says what it held.
 func TestFenceResetAudited(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	var mu sync.Mutex
 	var records []string
@@ -432,7 +433,7 @@ func (k *keepAliveCounter) KeepAliveOnce(ctx context.Context, id clientv3.LeaseI
 // in the background, so the acquire that reuses it sends no keep-alive of
 // its own and still gets a deadline a whole TTL away; Close revokes it.
 func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	kc := &keepAliveCounter{Client: c}
 	l := newLocker(t, kc, d.Prefix)
@@ -446,11 +447,12 @@ func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for start := time.Now(); kc.n.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 2*time.Second {
-			t.Fatal("the released lease was not refreshed")
+	harness.Eventually(t, 2*time.Second, func() error {
+		if kc.n.Load() == 0 {
+			return errors.New("the released lease was not refreshed")
 		}
-	}
+		return nil
+	})
 	time.Sleep(50 * time.Millisecond) // let the refresh put it back
 	second, err := l.Acquire(ctx, "k", ttl)
 	if err != nil {
@@ -486,7 +488,7 @@ func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
 // pause finds it fresh and sends no keep-alive; after that it is left to
 // lapse.
 func TestIdleLeaseKeptFreshForATTL(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	kc := &keepAliveCounter{Client: c}
 	l := newLocker(t, kc, d.Prefix)
@@ -570,7 +572,7 @@ func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
 // must not leave its key queueing behind a lease the locker goes on using:
 // the next acquire of the key, on the same locker, gets the lock at once.
 func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, &lostReply{Client: c}, d.Prefix)
 	ctx := ctxFor(t, time.Minute)

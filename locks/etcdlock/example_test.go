@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -21,7 +21,7 @@ import (
 // queued behind it.
 func ExampleNewSequencer() {
 	ctx := context.Background()
-	etcd := servers.ExampleEtcd() // the test's etcd; yours is your cluster's endpoints
+	etcd := etcdserver.Example() // the test's etcd; yours is your cluster's endpoints
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, Logger: zap.NewNop()})
 	if err != nil {
 		log.Fatal(err)

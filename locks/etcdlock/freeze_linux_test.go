@@ -17,7 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
 
@@ -29,7 +29,7 @@ import (
 // in its watch — it must not report a grant while X holds the lock, and it
 // must get the lock, with a larger token, once X releases.
 func TestFrozenWaiterProcess(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
 	const key = "k"

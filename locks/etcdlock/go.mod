@@ -4,6 +4,8 @@ go 1.25
 
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness/etcdserver v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.6.0
 	go.etcd.io/etcd/client/v3 v3.6.0
 	go.uber.org/goleak v1.3.0
@@ -27,6 +29,8 @@ require (
 	google.golang.org/protobuf v1.36.5 // indirect
 )
 
-replace github.com/fenceguard/fenceguard => ../..
-
-replace github.com/fenceguard/fenceguard/harness => ../../harness
+replace (
+	github.com/fenceguard/fenceguard => ../..
+	github.com/fenceguard/fenceguard/harness => ../../harness
+	github.com/fenceguard/fenceguard/harness/etcdserver => ../../harness/etcdserver
+)

@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 )
 
 // freezingClient is a real client whose first lease keep-alive, once etcd
@@ -42,7 +42,7 @@ func (c *freezingClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID)
 // X's); it must queue again, behind X, and get the lock once X releases,
 // with a larger token.
 func TestFrozenWaiterDoesNotTakeStaleTurn(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
 	const key = "k"

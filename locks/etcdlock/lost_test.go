@@ -8,7 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
@@ -50,7 +51,7 @@ func watching(ctx context.Context, t *testing.T, lease locks.Lease) {
 // quorum). Renew then fails with ErrNotHeld without asking; once the peers
 // are back, Release still deletes the key.
 func TestLostWhenMemberLosesLeader(t *testing.T) {
-	cl := servers.NewEtcdCluster(t, 3)
+	cl := etcdserver.NewCluster(t, 3)
 	ctx := ctxFor(t, 3*time.Minute)
 	const ttl = time.Minute // far beyond the test: no expiry ends the lease
 	for _, isolate := range []string{"follower", "leader"} {
@@ -58,7 +59,7 @@ func TestLostWhenMemberLosesLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var member *servers.Server
+		var member *harness.Server
 		for _, m := range cl.Members {
 			if (m == leader) == (isolate == "leader") {
 				member = m
@@ -72,7 +73,7 @@ func TestLostWhenMemberLosesLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 		watching(ctx, t, lease)
-		var others []*servers.Server
+		var others []*harness.Server
 		for _, m := range cl.Members {
 			if m != member {
 				others = append(others, m)
@@ -121,7 +122,7 @@ func releaseAfterHeal(ctx context.Context, t *testing.T, lease locks.Lease) {
 // The watch behind Lost ending for a reason of the client's own — here the
 // client is closed — leaves nothing that would report a loss: Lost closes.
 func TestLostWhenWatchEnds(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -142,7 +143,7 @@ func TestLostWhenWatchEnds(t *testing.T) {
 // Release ends the watch behind Lost and its goroutine before it returns,
 // and the channel stays open once it has.
 func TestReleaseEndsLostWatch(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	ctx := ctxFor(t, time.Minute)

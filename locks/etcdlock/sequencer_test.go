@@ -12,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -53,7 +53,7 @@ type granted struct {
 // claiming with its token. fence must run check before each claim. It
 // returns what went wrong: a forged token accepted, an honest holder
 // refused.
-func forgery(t *testing.T, d *servers.EtcdDB, c *clientv3.Client, fence func(token.Check) token.Fence, check func(l *etcdlock.Locker) token.Check) []string {
+func forgery(t *testing.T, d *etcdserver.DB, c *clientv3.Client, fence func(token.Check) token.Fence, check func(l *etcdlock.Locker) token.Check) []string {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	const key = "sku:42"
@@ -143,7 +143,7 @@ func issuedCheck(l *etcdlock.Locker) token.Check {
 	})
 }
 
-func forgeryFences(t *testing.T, d *servers.EtcdDB, c *clientv3.Client) map[string]func(token.Check) token.Fence {
+func forgeryFences(t *testing.T, d *etcdserver.DB, c *clientv3.Client) map[string]func(token.Check) token.Fence {
 	return map[string]func(token.Check) token.Fence{
 		"MemoryFence": func(ch token.Check) token.Fence { return &token.MemoryFence{Check: ch} },
 		"etcdFence": func(ch token.Check) token.Fence {
@@ -156,7 +156,7 @@ func forgeryFences(t *testing.T, d *servers.EtcdDB, c *clientv3.Client) map[stri
 // every token above the holder's are refused; the holder and then both
 // waiters, in turn, get through.
 func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
 		t.Run(name, func(t *testing.T) {
@@ -173,7 +173,7 @@ func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
 // the forger in and locks both queued waiters out — the test above would
 // fail with it.
 func TestIssuedIsNoBoundForForgeries(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
 		t.Run(name, func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestIssuedIsNoBoundForForgeries(t *testing.T) {
 // of the read when it is free: at least every earlier grant, below every
 // later one. It never decreases.
 func TestSequencerCurrent(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
 	seq := etcdlock.NewSequencer(c, d.Prefix)

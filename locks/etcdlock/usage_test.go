@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -27,7 +27,7 @@ import (
 // the etcd client log no warning: etcdlock cuts none of its own requests
 // short (the client warns of each such one).
 func TestOrdinaryUseLogsNoClientWarnings(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: d.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.New(core)})
 	if err != nil {
@@ -102,7 +102,7 @@ func TestOrdinaryUseLogsNoClientWarnings(t *testing.T) {
 // ClientLogger routes the etcd client's lines through slog, and a request
 // cut short by its own context — the caller has its error — at Debug.
 func TestClientLogger(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(&lockedBuf{mu: &mu, b: &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -153,7 +153,7 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 // through guard's Lease.Unwrap, commits while the lock is held and not
 // after it moved on.
 func TestIsOwnerFencesOwnTransaction(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	cli := newClient(t, d.Endpoints)
 	l := newLocker(t, cli, d.Prefix)
 	g, err := guard.New(l, guard.Options{TTL: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
@@ -211,7 +211,7 @@ func TestIsOwnerFencesOwnTransaction(t *testing.T) {
 
 // guard.New refuses a TTL etcdlock cannot grant (below a second), at once.
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
-	d := servers.Etcd(t)
+	d := etcdserver.Shared(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	_, err := guard.New(l, guard.Options{TTL: 500 * time.Millisecond})
 	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+etcdlock.MinTTL.String()) {
