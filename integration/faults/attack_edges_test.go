@@ -280,7 +280,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			}
 		}
 		edgeHealed(t, "redislock below the ceiling", toks, topTarget, d, before, edgeServerMicros(ctx, t, rc))
-		if _, err := ra.Heal(ctx, top, redislock.MaxHeal); err != nil {
+		if _, err := ra.Heal(ctx, top, redislock.MaxToken-1); err != nil {
 			t.Fatalf("redislock: Heal(2^63−2): %v", err)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -339,7 +339,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 			}
 		}
 		edgeWithin(t, "redlock below the ceiling", toks, topTarget, before, edgeServerMicros(ctx, t, rlRaw[0]))
-		if err := red.Heal(ctx, top, redlock.MaxHeal); err != nil {
+		if err := red.Heal(ctx, top, token.MaxInt64-1); err != nil {
 			t.Fatalf("redlock: Heal(2^63−2): %v", err)
 		}
 		time.Sleep(2 * time.Millisecond)

@@ -339,7 +339,7 @@ func TestRedisCeiling(t *testing.T) {
 		}
 	}
 	// Heal to MaxHeal: next grant refused, value kept.
-	if _, err := e.l.Heal(ctx, "mh", redislock.MaxHeal); err != nil {
+	if _, err := e.l.Heal(ctx, "mh", redislock.MaxToken-1); err != nil {
 		t.Fatal(err)
 	}
 	v0, _ := e.raw("mh")

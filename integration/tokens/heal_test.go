@@ -148,8 +148,8 @@ func TestRedisHealCeiling(t *testing.T) {
 			t.Errorf("Heal(%d) = %v, want ErrInvalid and a RangeError", to, err)
 		}
 	}
-	got, err := l.Heal(ctx, "ceil", redislock.MaxHeal)
-	if err != nil || got != redislock.MaxHeal {
+	got, err := l.Heal(ctx, "ceil", redislock.MaxToken-1)
+	if err != nil || got != redislock.MaxToken-1 {
 		t.Fatalf("Heal(MaxHeal) = %d, %v", got, err)
 	}
 	if b, err := l.Issued(ctx, "ceil"); err != nil || b != redislock.MaxToken {

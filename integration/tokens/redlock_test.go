@@ -136,7 +136,7 @@ func TestRedlockHealToMaxHealRefusesGrants(t *testing.T) {
 	r := newRL(t)
 	ctx := itest.Ctx(t, 10*time.Second)
 	l := r.locker(redlock.Options{})
-	if err := l.Heal(ctx, "k", redlock.MaxHeal); err != nil {
+	if err := l.Heal(ctx, "k", token.MaxInt64-1); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Millisecond)

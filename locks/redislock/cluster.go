@@ -142,7 +142,7 @@ func checkSlot(c any, prefix, key string) error {
 	name := prefix + "{" + key + "}"
 	i := strings.IndexByte(name, '{')
 	if name[i+1] == '}' {
-		return fmt.Errorf("%w: key %q with prefix %q: the hash tag of its Redis keys would be empty, so they would not share a Cluster slot (keep '}' off the start of keys and \"{}\" out of prefixes)", locks.ErrInvalid, key, prefix)
+		return fmt.Errorf("%w: key %q with prefix %q: the hash tag of its Redis keys would be empty, so they would not share a Cluster slot (keep '}' off the start of keys and \"{}\" out of prefixes)", locks.ErrInvalidArgument, key, prefix)
 	}
 	return nil
 }

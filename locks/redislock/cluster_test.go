@@ -249,14 +249,14 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 	// keys an empty hash tag, each its own slot: refused on a Cluster.
 	for _, tc := range []struct{ prefix, name string }{{prefix, "}"}, {prefix, "}{"}, {prefix, "}x{y}"}, {"fg:{}:", "x"}} {
 		bad := newLocker(t, cc, redislock.Options{Prefix: tc.prefix})
-		if _, err := bad.Acquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("Acquire(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		if _, err := bad.Acquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("Acquire(%q) with prefix %q: %v, want ErrInvalidArgument", tc.name, tc.prefix, err)
 		}
-		if _, err := bad.TryAcquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("TryAcquire(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		if _, err := bad.TryAcquire(ctx, tc.name, time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("TryAcquire(%q) with prefix %q: %v, want ErrInvalidArgument", tc.name, tc.prefix, err)
 		}
-		if _, err := redislock.NewSequencer(cc, tc.prefix).Current(ctx, tc.name); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("Sequencer.Current(%q) with prefix %q: %v, want ErrInvalid", tc.name, tc.prefix, err)
+		if _, err := redislock.NewSequencer(cc, tc.prefix).Current(ctx, tc.name); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("Sequencer.Current(%q) with prefix %q: %v, want ErrInvalidArgument", tc.name, tc.prefix, err)
 		}
 		// The same on one node works: every key is in the one node.
 		single := servers.Redis(t)

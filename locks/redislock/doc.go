@@ -145,10 +145,10 @@
 //
 // The clock floor is about 2^50.6 (2026); only [Locker.Heal] brings a
 // counter near the ceiling, and it refuses targets at or above it
-// ([MaxHeal] = MaxToken − 1 is the largest), with an error wrapping
-// [locks.ErrInvalid] and a [*token.RangeError]. A healed key's floor is
+// (MaxToken − 1 is the largest), with an error wrapping
+// [locks.ErrInvalidArgument] and a [*token.RangeError]. A healed key's floor is
 // the clock plus the heal offset: it passes the ceiling (MaxToken − healed
-// value) µs after the heal — at once for a heal to MaxHeal. A counter at
+// value) µs after the heal — at once for a heal to MaxToken − 1. A counter at
 // the ceiling, or a floor past it, grants nothing more (rather than mint a
 // token a lost grant may have had): an acquire fails with an error
 // wrapping a [*token.RangeError], and so does a waiter the release could
@@ -253,7 +253,7 @@
 // starts with '}' (<prefix>{}…}), or a prefix that holds "{}", would spread
 // the lock's keys over several slots, where no script can reach them
 // together. On a Cluster client Acquire, TryAcquire, Heal, Issued and
-// Current refuse such names with [locks.ErrInvalid]; on a single node (or
+// Current refuse such names with [locks.ErrInvalidArgument]; on a single node (or
 // Sentinel) they work as any other.
 //
 // Wake-ups are classic pub/sub (PUBLISH from the release script), which
@@ -339,9 +339,9 @@
 //
 // # Errors
 //
-// Besides the errors of package locks: [ErrClosed] after [Locker.Close];
+// Besides the errors of package locks: [locks.ErrClosed] after [Locker.Close];
 // [token.ErrRange] (a [*token.RangeError]) from acquires at the ceiling and
-// from Heal beyond it (with [locks.ErrInvalid]); [ErrNotReplicated] (a
+// from Heal beyond it (with [locks.ErrInvalidArgument]); [ErrNotReplicated] (a
 // [*ReplicaError]) from a Fence whose replicas did not acknowledge;
 // [ErrReplica] from a Sequencer whose client reached a read-only replica;
 // network and server errors are returned wrapped, and mean the state of the

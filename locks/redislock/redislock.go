@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +13,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/cleanup"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/lease"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -26,9 +26,9 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// MinTTL is the shortest lease redislock grants: Redis expires keys with
+// minTTL is the shortest lease redislock grants: Redis expires keys with
 // millisecond resolution.
-const MinTTL = time.Millisecond
+const minTTL = time.Millisecond
 
 // MaxToken is the ceiling of redislock's tokens, 2^63−1 (so every token
 // fits a signed 64-bit column, PostgreSQL's bigint among them). The scripts
@@ -40,17 +40,11 @@ const MinTTL = time.Millisecond
 // (MaxToken − healed value) µs after the heal.
 const MaxToken = token.MaxInt64
 
-// MaxHeal is the largest target [Locker.Heal] accepts, MaxToken − 1. A
-// healed key's tokens are the clock plus the heal offset (see
-// [Locker.Heal]), so a key healed to v gets tokens for (MaxToken − v) µs
-// of server clock after the heal, then grants fail with a
-// [*token.RangeError]: healed to MaxHeal, the next grant (at least a µs
-// later) is refused. Tokens near the ceiling come only from heals to marks
-// that were themselves forged past a [token.NoCheck].
-const MaxHeal = MaxToken - 1
+// maxHeal is the largest target Heal accepts.
+const maxHeal = MaxToken - 1
 
-// ErrClosed is returned by calls on a closed Locker.
-var ErrClosed = errors.New("redislock: locker closed")
+// errClosed is the error of calls on a closed Locker.
+var errClosed = fmt.Errorf("redislock: %w", locks.ErrClosed)
 
 // Options configure a [Locker]. Zero fields select defaults.
 type Options struct {
@@ -93,15 +87,14 @@ var _ locks.Locker = (*Locker)(nil)
 
 var _ locks.MinTTLer = (*Locker)(nil)
 
-// MinTTL implements [locks.MinTTLer]: [MinTTL], Redis's millisecond
-// resolution.
-func (l *Locker) MinTTL() time.Duration { return MinTTL }
+// MinTTL implements [locks.MinTTLer]: a millisecond, Redis's resolution.
+func (l *Locker) MinTTL() time.Duration { return minTTL }
 
 // New returns a Locker using client. It fails with an error wrapping
-// [locks.ErrInvalid] when the options are inconsistent.
+// [locks.ErrInvalidArgument] when the options are inconsistent.
 func New(client Client, o Options) (*Locker, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil client", locks.ErrInvalidArgument)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -113,7 +106,7 @@ func New(client Client, o Options) (*Locker, error) {
 		o.CounterIdle = time.Hour
 	}
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
-		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalid, o.WaiterTTL, o.CounterIdle)
+		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalidArgument, o.WaiterTTL, o.CounterIdle)
 	}
 	notify := notifier(client)
 	if _, ok := client.(stateReloader); ok {
@@ -123,8 +116,8 @@ func New(client Client, o Options) (*Locker, error) {
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
-// [ErrClosed]. Leases already granted stay usable (renew, release). Close
-// is idempotent.
+// an error matching [locks.ErrClosed]. Leases already granted stay usable
+// (renew, release). Close is idempotent.
 func (l *Locker) Close() error {
 	l.notify.Close()
 	l.cleanup.Close() // each is bounded by cleanup.Timeout
@@ -225,8 +218,10 @@ func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Du
 	return outcome{}, fmt.Errorf("redislock: unexpected acquire reply %v", res)
 }
 
-func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Duration, deadline time.Time) *Lease {
-	return &Lease{l: l, k: k, key: key, val: id + "|" + tok.String(), tok: tok, ttl: ttl, deadline: deadline}
+func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Duration, deadline time.Time) *lockLease {
+	g := &lockLease{l: l, k: k, val: id + "|" + tok.String()}
+	g.Init(key, tok, ttl, deadline)
+	return g
 }
 
 // Bounds of the clean-up after a failed acquire (see abandon).
@@ -244,7 +239,7 @@ func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Du
 // acquireErr is the error of a failed acquire: ctx's when it ended, and
 // the cause besides when that was something else.
 func acquireErr(ctx context.Context, key string, err error) error {
-	if !errors.Is(err, ErrClosed) {
+	if !errors.Is(err, locks.ErrClosed) {
 		err = ctxerr.Wrap(ctx, err)
 	}
 	return fmt.Errorf("redislock: acquire %q: %w", key, err)
@@ -255,7 +250,7 @@ func acquireErr(ctx context.Context, key string, err error) error {
 // trip; on a Cluster, while the lock's slot migrates, it waits for the
 // move (until ctx ends: see "Failover and resharding" in the package doc).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
-	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
@@ -291,7 +286,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // trip, which returns the grant the lock holds now, with its token, or
 // goes back to waiting.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
-	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
@@ -321,7 +316,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	}
 	wake, err := l.notify.Register(ctx, k.channel, id)
 	if errors.Is(err, rnotify.ErrClosed) {
-		err = ErrClosed
+		err = errClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
@@ -341,7 +336,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	heartbeat := min(l.o.WaiterTTL/3, ttl/3)
 	// handed returns the lease of a grant a release handed over, dated
 	// from queuedAt; ErrNotHeld when it ran out before we took it.
-	handed := func(tok token.Token) (*Lease, error) {
+	handed := func(tok token.Token) (*lockLease, error) {
 		s := l.lease(k, key, id, tok, ttl, queuedAt.Add(ttl))
 		if time.Until(s.Deadline()) < ttl/2 {
 			// The news took long (a pause?): refresh the lease first.
@@ -393,7 +388,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 			}
 		case <-timer.C:
 		case <-l.notify.Done():
-			return fail(ErrClosed)
+			return fail(errClosed)
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		}
@@ -404,8 +399,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // is above it. Call it with [token.StaleError.Current] when a resource
 // refused a token because the counter went back (lost with a restart, and
 // the server clock behind the resource's high-water). It returns the
-// counter after healing. Targets above [MaxHeal] (MaxToken − 1) are refused
-// with an error wrapping both [locks.ErrInvalid] and a [*token.RangeError],
+// counter after healing. Targets above MaxToken − 1 are refused
+// with an error wrapping both [locks.ErrInvalidArgument] and a [*token.RangeError],
 // and change nothing.
 //
 // When the counter ends up above the server clock, Heal also records the
@@ -430,14 +425,14 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // nothing: upgrade every client of a lock together.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalidArgument)
 	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err
 	}
-	if to > MaxHeal {
-		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalid, key, to,
-			&token.RangeError{What: "redislock heal target", Token: to, Max: MaxHeal})
+	if to > maxHeal {
+		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalidArgument, key, to,
+			&token.RangeError{What: "redislock heal target", Token: to, Max: maxHeal})
 	}
 	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), l.idleArg).Text()
 	if err != nil {
@@ -458,7 +453,7 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 // holder's was not granted yet either.
 func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: issued: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: issued: empty key", locks.ErrInvalidArgument)
 	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err
@@ -476,61 +471,31 @@ func (l *Locker) Current(ctx context.Context, key string) (token.Token, error) {
 	return current(ctx, l.client, l.o.Prefix, key)
 }
 
-// Lease is a redislock grant. It implements [locks.Lease].
-type Lease struct {
+// lockLease is a redislock lease.
+type lockLease struct {
+	lease.State
 	l   *Locker
 	k   lockKeys
-	key string
 	val string // the value stored in the lock key, "id|token": this grant's identity
-	tok token.Token
-	ttl time.Duration
-
-	// releasing serialises Release calls; it is not held by Deadline or
-	// Renew, so a Release waiting out a Cluster migration blocks neither.
-	releasing sync.Mutex
-	mu        sync.Mutex
-	deadline  time.Time // guarded by mu
-	released  bool      // guarded by mu
 }
 
-var _ locks.Lease = (*Lease)(nil)
-
-// Key implements [locks.Lease].
-func (s *Lease) Key() string { return s.key }
-
-// Token implements [locks.Lease].
-func (s *Lease) Token() token.Token { return s.tok }
-
-// TTL implements [locks.Lease].
-func (s *Lease) TTL() time.Duration { return s.ttl }
-
-// Deadline implements [locks.Lease].
-func (s *Lease) Deadline() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadline
-}
+var _ locks.Lease = (*lockLease)(nil)
 
 // Renew implements [locks.Lease]. One round trip; it extends the lock only
 // while it still holds this very grant.
-func (s *Lease) Renew(ctx context.Context) error {
-	s.mu.Lock()
-	released := s.released
-	s.mu.Unlock()
-	if released {
-		return locks.NotHeldError("renew", s.key, s.tok)
+func (s *lockLease) Renew(ctx context.Context) error {
+	if s.Released() {
+		return locks.NotHeldError("renew", s.Key(), s.Token())
 	}
 	sent := time.Now()
-	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.ttl)).Int()
+	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.TTL())).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: renew %q: %w", s.key, ctxerr.Wrap(ctx, err))
+		return fmt.Errorf("redislock: renew %q: %w", s.Key(), ctxerr.Wrap(ctx, err))
 	}
 	if n != 1 {
-		return locks.NotHeldError("renew", s.key, s.tok)
+		return locks.NotHeldError("renew", s.Key(), s.Token())
 	}
-	s.mu.Lock()
-	s.deadline = sent.Add(s.ttl)
-	s.mu.Unlock()
+	s.Extend(sent.Add(s.TTL()))
 	return nil
 }
 
@@ -539,24 +504,19 @@ func (s *Lease) Renew(ctx context.Context) error {
 // grant. On a Cluster, while the lock's slot migrates, it waits for the
 // move until ctx ends (see "Failover and resharding" in the package doc):
 // give ctx a deadline.
-func (s *Lease) Release(ctx context.Context) error {
-	s.releasing.Lock()
-	defer s.releasing.Unlock()
-	s.mu.Lock()
-	released := s.released
-	s.mu.Unlock()
-	if released {
+func (s *lockLease) Release(ctx context.Context) error {
+	s.Releasing.Lock()
+	defer s.Releasing.Unlock()
+	if s.Released() {
 		return nil
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
 	if err != nil {
-		return fmt.Errorf("redislock: release %q: %w", s.key, ctxerr.Wrap(ctx, scriptErr(err)))
+		return fmt.Errorf("redislock: release %q: %w", s.Key(), ctxerr.Wrap(ctx, scriptErr(err)))
 	}
 	if n != 1 {
-		return locks.NotHeldError("release", s.key, s.tok)
+		return locks.NotHeldError("release", s.Key(), s.Token())
 	}
-	s.mu.Lock()
-	s.released = true
-	s.mu.Unlock()
+	s.SetReleased()
 	return nil
 }

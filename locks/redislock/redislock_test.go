@@ -388,8 +388,8 @@ func TestHeal(t *testing.T) {
 		t.Fatalf("Heal to 5 = %d, %v; want the counter left above %d", got, err, hw)
 	}
 	var re *token.RangeError
-	if _, err := l.Heal(ctx, "k", redislock.MaxHeal+1); !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
-		t.Fatalf("Heal to the ceiling = %v, want ErrInvalid and a RangeError", err)
+	if _, err := l.Heal(ctx, "k", (redislock.MaxToken-1)+1); !errors.Is(err, locks.ErrInvalidArgument) || !errors.As(err, &re) {
+		t.Fatalf("Heal to the ceiling = %v, want ErrInvalidArgument and a RangeError", err)
 	}
 }
 
@@ -485,11 +485,11 @@ func TestBadOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, o := range []redislock.Options{{WaiterTTL: time.Millisecond}, {CounterIdle: time.Millisecond}} {
-		if _, err := redislock.New(c, o); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("New(%+v) = %v, want ErrInvalid", o, err)
+		if _, err := redislock.New(c, o); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidArgument", o, err)
 		}
 	}
-	if _, err := redislock.New(nil, redislock.Options{}); !errors.Is(err, locks.ErrInvalid) {
+	if _, err := redislock.New(nil, redislock.Options{}); !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Errorf("New(nil) = %v", err)
 	}
 }
@@ -508,7 +508,7 @@ func TestClosedLocker(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, redislock.ErrClosed) {
+	if err := <-errc; !errors.Is(err, locks.ErrClosed) {
 		t.Fatalf("blocked Acquire after Close = %v, want ErrClosed", err)
 	}
 	if err := held.Release(ctx); err != nil {

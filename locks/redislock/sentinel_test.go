@@ -236,11 +236,13 @@ func TestSentinelFenceReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The new primary's replica has just synced; on a loaded machine
-		// its first acknowledgement can miss the WAIT's second: an equal
-		// token's claim is idempotent, so try it again for a while.
+		// its acknowledgements can miss the WAIT's second for a while: an
+		// equal token's claim is idempotent, so try it again until ctx
+		// ends.
 		var err5 error
-		for try := 0; try < 5; try++ {
-			if _, err5 = retry(ctx, func() (struct{}, error) { return struct{}{}, h.claim(t, f, "after the failover", 5) }); !errors.Is(err5, redislock.ErrNotReplicated) {
+		for {
+			_, err5 = retry(ctx, func() (struct{}, error) { return struct{}{}, h.claim(t, f, "after the failover", 5) })
+			if !errors.Is(err5, redislock.ErrNotReplicated) || ctx.Err() != nil {
 				break
 			}
 		}

@@ -117,7 +117,7 @@ func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
 	return &Sequencer{client: client, prefix: prefix}
 }
 
-// Current implements [token.Sequencer]. It fails with [locks.ErrInvalid]
+// Current implements [token.Sequencer]. It fails with [locks.ErrInvalidArgument]
 // for an empty key, with an error wrapping [ErrReplica] when the client
 // reached a read-only replica; network and server errors are returned
 // wrapped (and [token.SequencerCheck] then refuses the claim).
@@ -127,10 +127,10 @@ func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error
 
 func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: current: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: current: empty key", locks.ErrInvalidArgument)
 	}
 	if c == nil {
-		return 0, fmt.Errorf("%w: current %q: nil client", locks.ErrInvalid, key)
+		return 0, fmt.Errorf("%w: current %q: nil client", locks.ErrInvalidArgument, key)
 	}
 	if err := checkSlot(c, prefix, key); err != nil {
 		return 0, err

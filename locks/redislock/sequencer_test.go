@@ -229,11 +229,11 @@ func TestSequencerCheckRefusesForgery(t *testing.T) {
 func TestSequencerBadInput(t *testing.T) {
 	db := servers.Redis(t)
 	ctx := ctxFor(t, time.Minute)
-	if _, err := redislock.NewSequencer(newClient(t, db.Addr), db.Prefix).Current(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf("Current of the empty key = %v, want ErrInvalid", err)
+	if _, err := redislock.NewSequencer(newClient(t, db.Addr), db.Prefix).Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf("Current of the empty key = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := redislock.NewSequencer(nil, "").Current(ctx, "k"); !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf("Current on a nil client = %v, want ErrInvalid", err)
+	if _, err := redislock.NewSequencer(nil, "").Current(ctx, "k"); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf("Current on a nil client = %v, want ErrInvalidArgument", err)
 	}
 	if _, err := redislock.NewSequencer(newClient(t, "127.0.0.1:1"), "").Current(ctx, "k"); err == nil {
 		t.Error("Current with no server answered")

@@ -68,9 +68,12 @@ func TestGuardAcquireWithRedisDown(t *testing.T) {
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	db := servers.Redis(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
-	_, err := guard.New(l, guard.Options{TTL: redislock.MinTTL / 2})
-	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+redislock.MinTTL.String()) {
-		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", redislock.MinTTL/2, err, redislock.MinTTL)
+	if l.MinTTL() != time.Millisecond {
+		t.Fatalf("MinTTL = %v, want 1ms", l.MinTTL())
+	}
+	_, err := guard.New(l, guard.Options{TTL: l.MinTTL() / 2})
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+l.MinTTL().String()) {
+		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", l.MinTTL()/2, err, l.MinTTL())
 	}
 }
 

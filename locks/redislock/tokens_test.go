@@ -145,8 +145,8 @@ func TestTokenCeiling(t *testing.T) {
 
 	var re *token.RangeError
 	for _, to := range []token.Token{redislock.MaxToken, redislock.MaxToken + 1, 1<<64 - 1} {
-		if _, err := a.Heal(ctx, "k", to); !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
-			t.Fatalf("Heal(%d) = %v, want ErrInvalid and a RangeError", to, err)
+		if _, err := a.Heal(ctx, "k", to); !errors.Is(err, locks.ErrInvalidArgument) || !errors.As(err, &re) {
+			t.Fatalf("Heal(%d) = %v, want ErrInvalidArgument and a RangeError", to, err)
 		}
 	}
 	if n := c.Exists(ctx, counter).Val(); n != 0 {
@@ -303,7 +303,7 @@ func TestHealOffsetCeiling(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond)
 	for _, what := range []string{"two seconds later", "Heal(MaxHeal)"} {
 		if what == "Heal(MaxHeal)" {
-			if _, err := l.Heal(ctx, "k", redislock.MaxHeal); err != nil {
+			if _, err := l.Heal(ctx, "k", (redislock.MaxToken - 1)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -148,13 +148,13 @@
 // At the ceiling: an acquire whose quorum's largest floor is already
 // token.MaxInt64 (a clock + offset past it counts as at it) fails with an error wrapping a [*token.RangeError] (and
 // gives back the nodes it took) rather than mint past it or repeat it;
-// Heal refuses targets above [MaxHeal] = token.MaxInt64 − 1 (and zero)
-// with an error wrapping [locks.ErrInvalid] and, above MaxHeal, a
+// Heal refuses targets above token.MaxInt64 − 1 (and zero)
+// with an error wrapping [locks.ErrInvalidArgument] and, above it, a
 // *token.RangeError, touching no node. Every token fits PostgreSQL's
 // bigint. Counters are server microseconds (about 2^50.7 in 2026) unless
 // healed: the ceiling is reached only by healing to near it. A key healed
 // to v has tokens for about (token.MaxInt64 − v) µs of clock (the heal's
-// offset grows the floor with the clock): healed to MaxHeal, the next
+// offset grows the floor with the clock): healed to MaxInt64 − 1, the next
 // grant is already past the ceiling.
 //
 // # Which token is current: the Sequencer
@@ -239,14 +239,14 @@
 //
 //   - [locks.ErrNotObtained]: TryAcquire found the lock held.
 //   - [locks.ErrNotHeld]: Renew or Release of a grant that lost its quorum.
-//   - [locks.ErrInvalid]: a bad argument (empty key, short TTL, a Heal
-//     target of zero or above MaxHeal); nothing was sent.
+//   - [locks.ErrInvalidArgument]: a bad argument (empty key, short TTL, a Heal
+//     target of zero or above it); nothing was sent.
 //   - [*QuorumError]: too few nodes answered; no token was issued.
 //   - [*CounterError] (token.ErrInvalid): a node's counter or offset is
 //     malformed (inside a QuorumError when it cost the quorum); retrying
 //     does not help, [Locker.Heal] replaces it.
 //   - [*token.RangeError] (token.ErrRange): the counter is at the ceiling.
-//   - [ErrClosed]: the Locker was closed while an Acquire waited.
+//   - [locks.ErrClosed]: the Locker was closed while an Acquire waited.
 //
 // # Deadlines
 //

@@ -97,8 +97,8 @@ func TestTokenCeiling(t *testing.T) {
 	for _, to := range []token.Token{token.MaxInt64, token.MaxInt64 + 1, math.MaxUint64} {
 		err := l.Heal(ctx, key, to)
 		var re *token.RangeError
-		if !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
-			t.Fatalf("Heal(%d) = %v; want ErrInvalid and a RangeError", to, err)
+		if !errors.Is(err, locks.ErrInvalidArgument) || !errors.As(err, &re) {
+			t.Fatalf("Heal(%d) = %v; want ErrInvalidArgument and a RangeError", to, err)
 		}
 	}
 	for i, raw := range raws {
@@ -134,23 +134,23 @@ func TestTokenCeiling(t *testing.T) {
 		t.Fatalf("Issued = %d, %v at the ceiling", is, err)
 	}
 	// A heal records the target's lead over the clock: healed to v, a key
-	// has tokens for (MaxInt64 − v) µs of clock. Healed to MaxHeal, the
+	// has tokens for (MaxInt64 − v) µs of clock. Healed to MaxInt64 − 1, the
 	// next grant (more than a µs later) is past the ceiling.
 	if err := l.Heal(ctx, "ceiling-2", token.MaxInt64-1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.TryAcquire(ctx, "ceiling-2", 5*time.Second); !errors.As(err, &re) {
-		t.Fatalf("TryAcquire after Heal(MaxHeal): %v; want a RangeError", err)
+		t.Fatalf("TryAcquire after Heal(MaxInt64 − 1): %v; want a RangeError", err)
 	}
 	if is, err := l.Issued(ctx, "ceiling-2"); err != nil || is != token.MaxInt64 {
-		t.Fatalf("Issued = %d, %v after Heal(MaxHeal); want the ceiling", is, err)
+		t.Fatalf("Issued = %d, %v after Heal(MaxInt64 − 1); want the ceiling", is, err)
 	}
 	for _, bad := range []struct {
 		key string
 		to  token.Token
 	}{{"", 5}, {"k", 0}} {
-		if err := l.Heal(ctx, bad.key, bad.to); !errors.Is(err, locks.ErrInvalid) {
-			t.Errorf("Heal(%q, %d) = %v; want ErrInvalid", bad.key, bad.to, err)
+		if err := l.Heal(ctx, bad.key, bad.to); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("Heal(%q, %d) = %v; want ErrInvalidArgument", bad.key, bad.to, err)
 		}
 	}
 }

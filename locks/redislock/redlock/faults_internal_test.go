@@ -184,7 +184,7 @@ func testCtx(t *testing.T) context.Context {
 
 // result is what a waiter's Acquire returned.
 type result struct {
-	lease     *Lease
+	lease     *lockLease
 	err       error
 	xReleased bool // the other client had released when the waiter returned
 }
@@ -328,7 +328,7 @@ func TestFrozenWaiterResumesAfterAnotherAcquired(t *testing.T) {
 			done := make(chan result, 1)
 			go func() {
 				lease, err := lw.Acquire(ctx, key, 300*time.Millisecond)
-				l, _ := lease.(*Lease)
+				l, _ := lease.(*lockLease)
 				done <- result{l, err, xReleased.Load()}
 			}()
 			refused := func(what string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/internal/servers"
@@ -14,8 +15,11 @@ import (
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
 	db := servers.Redis(t)
 	l := newLocker(t, clients(t, []string{db.Addr}), redlock.Options{Prefix: db.Prefix})
-	_, err := guard.New(l, guard.Options{TTL: redlock.MinTTL / 2})
-	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+redlock.MinTTL.String()) {
-		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", redlock.MinTTL/2, err, redlock.MinTTL)
+	if l.MinTTL() != 10*time.Millisecond {
+		t.Fatalf("MinTTL = %v, want 10ms", l.MinTTL())
+	}
+	_, err := guard.New(l, guard.Options{TTL: l.MinTTL() / 2})
+	if !errors.Is(err, locks.ErrInvalidArgument) || !strings.Contains(err.Error(), "minimum "+l.MinTTL().String()) {
+		t.Fatalf("guard.New with TTL %v = %v, want locks.ErrInvalidArgument naming the minimum %v", l.MinTTL()/2, err, l.MinTTL())
 	}
 }

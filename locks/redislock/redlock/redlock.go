@@ -16,6 +16,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/cleanup"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/lease"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -30,11 +31,11 @@ type Client interface {
 // none is given.
 const DefaultPrefix = "fenceguard:redlock:"
 
-// MinTTL is the shortest lease redlock grants.
-const MinTTL = 10 * time.Millisecond
+// minTTL is the shortest lease redlock grants.
+const minTTL = 10 * time.Millisecond
 
-// ErrClosed is returned by calls on a closed Locker.
-var ErrClosed = errors.New("redlock: locker closed")
+// errClosed is the error of calls on a closed Locker.
+var errClosed = fmt.Errorf("redlock: %w", locks.ErrClosed)
 
 // QuorumError reports that too few nodes answered for a quorum: the lock
 // service is unavailable, not merely held. No token was issued.
@@ -116,14 +117,14 @@ var _ locks.Locker = (*Locker)(nil)
 
 var _ locks.MinTTLer = (*Locker)(nil)
 
-// MinTTL implements [locks.MinTTLer]: [MinTTL].
-func (l *Locker) MinTTL() time.Duration { return MinTTL }
+// MinTTL implements [locks.MinTTLer]: 10ms.
+func (l *Locker) MinTTL() time.Duration { return minTTL }
 
 // New returns a Locker over nodes: independent Redis servers, not replicas
 // of one another. Use an odd number, 3 or 5; a quorum is len/2+1.
 func New(nodes []Client, o Options) (*Locker, error) {
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("%w: no nodes", locks.ErrInvalid)
+		return nil, fmt.Errorf("%w: no nodes", locks.ErrInvalidArgument)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -138,19 +139,20 @@ func New(nodes []Client, o Options) (*Locker, error) {
 		o.CounterIdle = time.Hour
 	}
 	if o.DriftFactor < 0 || o.DriftFactor > 0.05 || o.DriftMin < 0 || o.NodeTimeout < 0 || o.CounterIdle < time.Second {
-		return nil, fmt.Errorf("%w: options %+v", locks.ErrInvalid, o)
+		return nil, fmt.Errorf("%w: options %+v", locks.ErrInvalidArgument, o)
 	}
 	l := &Locker{nodes: nodes, o: o}
 	for i, c := range nodes {
 		if c == nil {
-			return nil, fmt.Errorf("%w: node %d is nil", locks.ErrInvalid, i)
+			return nil, fmt.Errorf("%w: node %d is nil", locks.ErrInvalidArgument, i)
 		}
 		l.notify = append(l.notify, notifier(c))
 	}
 	return l, nil
 }
 
-// Close stops the pub/sub readers; blocked acquires fail with [ErrClosed].
+// Close stops the pub/sub readers; blocked acquires fail with an
+// error matching [locks.ErrClosed].
 // Granted leases stay usable. Idempotent.
 func (l *Locker) Close() error {
 	for _, n := range l.notify {
@@ -232,7 +234,7 @@ const (
 // Every attempt is a grant of its own, with a fresh id: whatever an
 // earlier attempt left on a node (a lock its give-back did not reach) is
 // never taken for this one's.
-func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Duration, ordered bool) (*Lease, outcome, time.Duration, error) {
+func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Duration, ordered bool) (*lockLease, outcome, time.Duration, error) {
 	start := time.Now()
 	id := newID()
 	a := newAttempt(len(l.nodes))
@@ -275,7 +277,9 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 		})
 		validity := ttl - time.Since(start) - l.drift(ttl)
 		if a.granted() && validity > 0 {
-			return &Lease{l: l, k: k, key: key, id: id, tok: tok, ttl: ttl, deadline: start.Add(ttl - l.drift(ttl))}, 0, 0, nil
+			g := &lockLease{l: l, k: k, id: id}
+			g.Init(key, tok, ttl, start.Add(ttl-l.drift(ttl)))
+			return g, 0, 0, nil
 		}
 	}
 	if a.heldCount() > 0 {
@@ -412,7 +416,7 @@ func (l *Locker) releaseNodes(ctx context.Context, timeout time.Duration, k lock
 // [locks.ErrNotObtained] when others hold (or are taking) the lock, and a
 // [*QuorumError] when too few nodes answer.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
-	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -454,7 +458,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // TTL among the nodes that refused it runs out. When too few nodes answer
 // it returns a [*QuorumError] rather than waiting.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
-	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -547,7 +551,7 @@ func (l *Locker) listen(ctx context.Context, channel, id string) (chan struct{},
 	}
 	if closed {
 		stop()
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	return wake, stop, nil
 }
@@ -585,20 +589,15 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	return top, nil
 }
 
-// MaxHeal is the largest target [Locker.Heal] accepts: one below the
-// ceiling, [token.MaxInt64]. A key healed to v has tokens for about
-// (MaxInt64 − v) µs of clock (the heal's offset grows the floor with the
-// clock): healed to MaxHeal, the next grant, a µs or more later, is past
-// the ceiling and fails with a [*token.RangeError], as package redislock's
-// does. Heal a key only to the resources' marks, far below.
-const MaxHeal = token.MaxInt64 - 1
+// maxHeal is the largest target Heal accepts.
+const maxHeal = token.MaxInt64 - 1
 
 // Heal raises key's counter to at least to on every node it reaches, so
 // the next grant's token is above it; it needs a majority. Use it with
 // [token.StaleError.Current] when a resource refused a token because
 // counters were lost and clocks went back. A target of zero or above
-// [MaxHeal] is refused with an error wrapping [locks.ErrInvalid] (and,
-// above MaxHeal, a [*token.RangeError]) before any node is touched. A
+// [token.MaxInt64] − 1 is refused with an error wrapping
+// [locks.ErrInvalidArgument] (and, above it, a [*token.RangeError]) before any node is touched. A
 // node's malformed counter ([CounterError]) is replaced by max(to, the
 // node's clock in µs).
 //
@@ -610,12 +609,12 @@ const MaxHeal = token.MaxInt64 - 1
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: heal: empty key", locks.ErrInvalid)
+		return fmt.Errorf("%w: heal: empty key", locks.ErrInvalidArgument)
 	case to == 0:
-		return fmt.Errorf("%w: heal %q to 0", locks.ErrInvalid, key)
-	case to > MaxHeal:
-		return fmt.Errorf("%w: heal %q: %w", locks.ErrInvalid, key,
-			&token.RangeError{What: "redlock heal target", Token: to, Max: MaxHeal})
+		return fmt.Errorf("%w: heal %q to 0", locks.ErrInvalidArgument, key)
+	case to > maxHeal:
+		return fmt.Errorf("%w: heal %q: %w", locks.ErrInvalidArgument, key,
+			&token.RangeError{What: "redlock heal target", Token: to, Max: maxHeal})
 	}
 	k := l.keys(key)
 	a := newAttempt(len(l.nodes))
@@ -641,38 +640,16 @@ func newID() string {
 	return strconv.FormatUint(rand.Uint64(), 36) + "." + strconv.FormatUint(rand.Uint64(), 36)
 }
 
-// Lease is a redlock grant. It implements [locks.Lease].
-type Lease struct {
-	l   *Locker
-	k   lockKeys
-	key string
-	id  string
-	tok token.Token
-	ttl time.Duration
-
-	mu       sync.Mutex
-	deadline time.Time // guarded by mu
-	released bool      // guarded by mu
+// lockLease is a redlock lease. Its deadline is the start of the last
+// successful acquire or renewal, plus TTL, minus the drift allowance.
+type lockLease struct {
+	lease.State
+	l  *Locker
+	k  lockKeys
+	id string
 }
 
-var _ locks.Lease = (*Lease)(nil)
-
-// Key implements [locks.Lease].
-func (s *Lease) Key() string { return s.key }
-
-// Token implements [locks.Lease].
-func (s *Lease) Token() token.Token { return s.tok }
-
-// TTL implements [locks.Lease].
-func (s *Lease) TTL() time.Duration { return s.ttl }
-
-// Deadline implements [locks.Lease]: the start of the last successful
-// acquire or renewal, plus TTL, minus the drift allowance.
-func (s *Lease) Deadline() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadline
-}
+var _ locks.Lease = (*lockLease)(nil)
 
 // Renew implements [locks.Lease]: extends the lock on every node; it
 // succeeds when a quorum extended it. (That is proof enough even when the
@@ -681,18 +658,15 @@ func (s *Lease) Deadline() time.Time {
 // those nodes held the grant without a break and no other grant can have
 // had a quorum meanwhile.) It returns [locks.ErrNotHeld] when so many nodes
 // refused that no quorum is possible.
-func (s *Lease) Renew(ctx context.Context) error {
-	s.mu.Lock()
-	released := s.released
-	s.mu.Unlock()
-	if released {
-		return locks.NotHeldError("renew", s.key, s.tok)
+func (s *lockLease) Renew(ctx context.Context) error {
+	if s.Released() {
+		return locks.NotHeldError("renew", s.Key(), s.Token())
 	}
-	l := s.l
+	l, ttl := s.l, s.TTL()
 	start := time.Now()
 	a := newAttempt(len(l.nodes))
-	l.each(ctx, l.nodeTimeout(s.ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(s.ttl), ms(l.o.CounterIdle)).Int()
+	l.each(ctx, l.nodeTimeout(ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
+		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(ttl), ms(l.o.CounterIdle)).Int()
 		mu.Lock()
 		defer mu.Unlock()
 		a.wroteBack(i, n == 1, err)
@@ -702,33 +676,31 @@ func (s *Lease) Renew(ctx context.Context) error {
 	})
 	switch {
 	case a.granted():
-		s.mu.Lock()
-		s.deadline = start.Add(s.ttl - l.drift(s.ttl))
-		s.mu.Unlock()
+		s.Extend(start.Add(ttl - l.drift(ttl)))
 		return nil
 	case a.refused > a.n-a.quorum:
-		return locks.NotHeldError("renew", s.key, s.tok)
+		return locks.NotHeldError("renew", s.Key(), s.Token())
 	}
-	return fmt.Errorf("redlock: renew %q: %w", s.key, a.quorumErr(ctx, len(a.errs)))
+	return fmt.Errorf("redlock: renew %q: %w", s.Key(), a.quorumErr(ctx, len(a.errs)))
 }
 
 // Release implements [locks.Lease]: deletes the lock on every node that
 // still holds this grant, and wakes their waiters. It returns
 // [locks.ErrNotHeld] when fewer than a quorum still held it.
-func (s *Lease) Release(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.released {
+func (s *lockLease) Release(ctx context.Context) error {
+	s.Releasing.Lock()
+	defer s.Releasing.Unlock()
+	if s.Released() {
 		return nil
 	}
-	released, errs := s.l.releaseNodes(ctx, s.l.nodeTimeout(s.ttl), s.k, s.id, nil)
+	released, errs := s.l.releaseNodes(ctx, s.l.nodeTimeout(s.TTL()), s.k, s.id, nil)
 	quorum := len(s.l.nodes)/2 + 1
 	switch {
 	case released >= quorum:
-		s.released = true
+		s.SetReleased()
 		return nil
 	case released+len(errs) >= quorum:
-		return fmt.Errorf("redlock: release %q: %w", s.key, ctxerr.Wrap(ctx, errors.Join(errs...)))
+		return fmt.Errorf("redlock: release %q: %w", s.Key(), ctxerr.Wrap(ctx, errors.Join(errs...)))
 	}
-	return locks.NotHeldError("release", s.key, s.tok)
+	return locks.NotHeldError("release", s.Key(), s.Token())
 }

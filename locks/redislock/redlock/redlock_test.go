@@ -255,7 +255,7 @@ func TestIssuedAndHeal(t *testing.T) {
 	if next.Token() <= hw {
 		t.Fatalf("token %d after healing to %d", next.Token(), hw)
 	}
-	if err := l.Heal(ctx, "k", token.MaxInt64); !errors.Is(err, locks.ErrInvalid) || !errors.Is(err, token.ErrRange) {
+	if err := l.Heal(ctx, "k", token.MaxInt64); !errors.Is(err, locks.ErrInvalidArgument) || !errors.Is(err, token.ErrRange) {
 		t.Fatalf("Heal to the ceiling: %v", err)
 	}
 }

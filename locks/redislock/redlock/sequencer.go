@@ -107,10 +107,10 @@ func NewSequencer(nodes []Client, prefix string) *Sequencer {
 // below its token, and the resource refuses its holder (it fails closed).
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: sequencer: empty key", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: sequencer: empty key", locks.ErrInvalidArgument)
 	}
 	if len(s.nodes) == 0 || slices.Contains(s.nodes, nil) {
-		return 0, fmt.Errorf("%w: sequencer: no nodes, or a nil one", locks.ErrInvalid)
+		return 0, fmt.Errorf("%w: sequencer: no nodes, or a nil one", locks.ErrInvalidArgument)
 	}
 	k := keysFor(s.prefix, key)
 	n := len(s.nodes)

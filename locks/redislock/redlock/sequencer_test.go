@@ -93,7 +93,7 @@ func TestSequencerFollowsGrants(t *testing.T) {
 	if _, err := a.seq.Current(ctx, "k"); !errors.As(err, &qe) {
 		t.Fatalf("3 of 5 nodes down: %v; want a QuorumError", err)
 	}
-	if _, err := a.seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
+	if _, err := a.seq.Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Fatalf("empty key: %v", err)
 	}
 	t.Logf("answers %v", a.seen)
