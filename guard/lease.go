@@ -154,8 +154,8 @@ func (h *hold) keepAlive() {
 		start := o.Clock.Now()
 		// Bounded by the lease's local deadline: a renewal that answers
 		// later is worth nothing, and some clients (go-redis) bound a call
-		// only by its context's deadline, not by its cancellation
-		// (review20: a renewal to a frozen Redis held Release 4–5s).
+		// only by its context's deadline, not by its cancellation, so a
+		// renewal to a frozen server would hold up Release.
 		rctx, cancel := context.WithDeadline(h.ctx, h.lease.Deadline().Add(-h.g.drift))
 		err := h.lease.Renew(rctx)
 		cancel()

@@ -638,8 +638,7 @@ func (s *Lease) Lost() <-chan struct{} {
 			defer close(s.watchDone)
 			// In the goroutine: clientv3's Watch waits for its stream, which
 			// a frozen server never opens, and Lost must return at once
-			// (review20: guard's keep-alive, which calls Lost first, never
-			// renewed, and its Release waited for the thaw).
+			// (guard's keep-alive calls Lost before its first renewal).
 			wch := s.c.Watch(ctx, s.myKey, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 			why := s.follow(ctx, wch)
 			if ctx.Err() != nil {

@@ -168,8 +168,8 @@ func checkPrefix(p string) error {
 // fail with [locks.ErrClosed]. Close waits for the locker's goroutines and
 // go-zookeeper's to finish: at once with the server answering, but with
 // the server frozen or silent go-zookeeper's goroutines end only when
-// their connection times out, and Close waits for them up to 10s per
-// session (review20 measured 11s), in parallel across sessions, then
+// their connection times out (about the session timeout), and Close waits
+// for them up to 10s per session, in parallel across sessions, then
 // returns leaving the rest to finish. It is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
