@@ -46,8 +46,9 @@ type Options struct {
 	Prefix string
 
 	// IdleLeases is how many unused leases per TTL the locker keeps for
-	// reuse by later acquires (see "Leases" in the package doc). Default
-	// 16; negative disables reuse.
+	// reuse by later acquires, so that an acquire need not wait for a
+	// new lease (docs/design.md, "etcdlock"). Default 16; negative
+	// disables reuse.
 	IdleLeases int
 }
 
@@ -790,7 +791,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 // and written only where no key of that name existed — so a late or
 // retried release never removes a newer grant, not even one made with the
 // same lease; a plain delete is then as safe as one guarded by the create
-// revision, and cheaper (see "Leases" in the package doc). The lease is
+// revision, and cheaper (a plain delete, no transaction). The lease is
 // kept for reuse.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()

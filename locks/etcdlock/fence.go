@@ -23,7 +23,7 @@ type FenceOptions struct {
 	// revisions, far below the clock in µs, so the clock bound passes every
 	// one of them and stops only tokens made up far above the clock: use
 	// token.SequencerCheck([NewSequencer](...)) to refuse any token above
-	// the lock's current grant (see "Forged tokens" in the package doc).
+	// the lock's current grant (see "Tokens" in the package doc).
 	Check token.Check
 
 	// Logger receives the audit record of every [Fence.Reset]; nil is

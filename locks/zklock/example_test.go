@@ -50,8 +50,10 @@ func Example() {
 	}
 }
 
-// Issued caps the tokens a resource accepts: a token above it was never
-// granted. (Not run: it needs a ZooKeeper server.)
+// Issued bounds every token issued for a key so far: a token above it was
+// never granted. It is no bound for a resource's check, which must also
+// refuse tokens of queued waiters: that is [NewSequencer]'s. (Not run: it
+// needs a ZooKeeper server.)
 func ExampleLocker_Issued() {
 	ctx := context.Background()
 	locker, err := zklock.New([]string{"127.0.0.1:2181"}, zklock.Options{})

@@ -131,9 +131,9 @@ func (le *Lease) TTL() time.Duration { return le.ttl }
 // sync, or Renew's sync and Exists), plus the TTL — the send time, not the
 // answer's. The session's timeout is at least the TTL and is counted from
 // a packet sent no earlier, so the server cannot expire the session, and
-// with it the znode, before then; on an ensemble, see "Ensembles" in the
-// package doc for the margin the leader's view of a follower's sessions
-// lags by.
+// with it the znode, before then; on an ensemble, see docs/design.md
+// ("zklock") for the margin by which the leader's view of a follower's
+// sessions lags.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -210,7 +210,7 @@ func (le *Lease) notHeld(op string, why error) error {
 // request is a sync, which the member passes to the leader, then an Exists
 // the member answers after the sync: so a renewal succeeds only when the
 // leader still had the session after the request was sent, never on a
-// member's stale copy (see "Ensembles" in the package doc). A renewal whose
+// member's stale copy. A renewal whose
 // member cannot reach the leader waits for it: it fails when ctx ends
 // (the deadline stays where it was) or when the member drops the
 // connection (the lease is lost). It fails with [locks.ErrNotHeld] at once,
