@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -20,7 +21,7 @@ import (
 // The conformance suite on a 3-member ensemble, the locker given every
 // member (go-zookeeper picks one and moves on a break).
 func TestEnsembleConformance(t *testing.T) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	n := 0
 	prefixes := map[locks.Locker]string{}
 	lockstest.Run(t, lockstest.Config{
@@ -40,7 +41,7 @@ func TestEnsembleConformance(t *testing.T) {
 		LongTTL:  30 * time.Second,
 		Unreachable: func(t *testing.T) (locks.Locker, func()) {
 			n++
-			p := servers.NewProxy(t, e.Members[n%3].Addr())
+			p := harness.NewProxy(t, e.Members[n%3].Addr())
 			return newLocker(t, []string{p.Addr()}, fmt.Sprintf("/conf%d/locks", n)), func() { _ = p.Cut() }
 		},
 	})
@@ -122,7 +123,7 @@ func waiter(ctx context.Context, l *zklock.Locker, h *holders, who, key string, 
 // connection survived); the waiters get the lock in turn; tokens grow; no
 // two holders at once unless the older was told it lost.
 func TestEnsembleLeaderKilledWhileHeldAndQueued(t *testing.T) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	ctx := ctxFor(t, 2*time.Minute)
 	const ttl = 8 * time.Second // sessions outlive an election on a loaded machine
 	prefix := "/killed/locks"
@@ -193,16 +194,16 @@ func TestEnsembleLeaderKilledWhileHeldAndQueued(t *testing.T) {
 // waiter on the other members gets the lock only after that, with a larger
 // token.
 func TestEnsembleMemberPartitioned(t *testing.T) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	for _, moves := range []bool{true, false} {
 		t.Run(fmt.Sprintf("moves=%v", moves), func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			const ttl = 4 * time.Second
 			prefix := fmt.Sprintf("/part-%v/locks", moves)
-			proxies := map[string]*servers.Proxy{}
+			proxies := map[string]*harness.Proxy{}
 			addrs := []string{}
 			for _, m := range e.Members[:2] {
-				p := servers.NewProxy(t, m.Addr())
+				p := harness.NewProxy(t, m.Addr())
 				proxies[p.Addr()] = p
 				addrs = append(addrs, p.Addr())
 			}

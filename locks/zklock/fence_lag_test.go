@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -48,7 +48,7 @@ func (c *lagSpy) Get(path string) ([]byte, *zk.Stat, error) {
 // budget ends): the old Fence, which accepted an equal mark on the read
 // alone, let every such round in.
 func TestFenceFollowerLag(t *testing.T) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	ctx := ctxFor(t, 2*time.Minute)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
@@ -57,7 +57,7 @@ func TestFrozenWaiterChild(t *testing.T) {
 // lease while X holds the lock, and the lease it returns after X releases
 // is a real grant, with a token above X's.
 func TestFrozenWaiter(t *testing.T) {
-	srv := servers.NewZooKeeper(t) // its own: the watch count below is ours alone
+	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key = "/locks", "k"
 	dir := prefix + "/" + key

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -151,7 +151,7 @@ func (c *frozenConn) Close() error {
 // real grant with a larger token. See TestFrozenWaiter for the same with
 // the waiter's process stopped for real.
 func TestWaiterHandedStaleDeletion(t *testing.T) {
-	srv := servers.NewZooKeeper(t) // its own: the watch count below is ours alone
+	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key = "/locks", "k"
 	dir := prefix + "/" + key

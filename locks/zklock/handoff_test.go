@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -73,7 +73,7 @@ func (c *recordedConn) Write(p []byte) (int, error) {
 // request; W2, woken by W1's deletion, lists once (no sync: its session
 // answered a write through the leader just before) and holds.
 func TestHandOffRoundTrips(t *testing.T) {
-	srv := servers.NewZooKeeper(t) // its own: the watch count below is ours alone
+	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key, ttl = "/locks", "k", 10 * time.Second
 	c := inspect(t, addrs)
@@ -162,7 +162,7 @@ func TestHandOffRoundTrips(t *testing.T) {
 // takes the lock from the deletion event and one sync, which dates the
 // lease: no listing.
 func TestHandOffAfterLongWait(t *testing.T) {
-	srv := servers.NewZooKeeper(t) // its own: the watch count below is ours alone
+	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key, ttl = "/locks", "k", time.Second
 	c := inspect(t, addrs)

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -28,7 +29,7 @@ import (
 // last Deadline lies past the other's grant. A control that shows no such
 // renewal proves nothing and fails the test.
 func TestEnsembleRenewNeedsLeader(t *testing.T) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	for _, control := range []bool{false, true} {
 		name := "sync"
 		if control {
@@ -43,7 +44,7 @@ func TestEnsembleRenewNeedsLeader(t *testing.T) {
 	}
 }
 
-func runRenewNeedsLeader(t *testing.T, e *servers.ZKEnsemble, control bool) {
+func runRenewNeedsLeader(t *testing.T, e *zkserver.Ensemble, control bool) {
 	ctx := ctxFor(t, time.Minute)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
@@ -110,14 +111,14 @@ func runRenewNeedsLeader(t *testing.T, e *servers.ZKEnsemble, control bool) {
 	time.Sleep(500 * time.Millisecond) // a few renewals with the leader there
 
 	resume := func() {
-		for _, s := range []*servers.Server{other, leader} {
+		for _, s := range []*harness.Server{other, leader} {
 			if err := s.Resume(); err != nil {
 				t.Errorf("resuming %s: %v", s.Addr(), err)
 			}
 		}
 	}
 	paused := time.Now()
-	for _, s := range []*servers.Server{other, leader} {
+	for _, s := range []*harness.Server{other, leader} {
 		if err := s.Pause(); err != nil {
 			resume()
 			t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
@@ -26,7 +26,7 @@ type queue struct {
 	issuer       *zklock.Locker
 }
 
-func newQueue(t *testing.T, ctx context.Context, z *servers.ZK, prefix, key string) *queue {
+func newQueue(t *testing.T, ctx context.Context, z *zkserver.DB, prefix, key string) *queue {
 	t.Helper()
 	c := inspect(t, z.Addrs)
 	dir := prefix + "/" + url.PathEscape(key) // the Locker's escape, for these keys
@@ -107,7 +107,7 @@ func forged(t *testing.T, err error, what string) {
 // highest token handed out), accepts the holder's, and lets each waiter
 // through once its turn came.
 func TestSequencerCheckBoundsByTheHolder(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	ctx := ctxFor(t, time.Minute)
 	const key = "sku/42" // escaped like the Locker does: one znode, %2F
@@ -194,7 +194,7 @@ func TestSequencerCheckBoundsByTheHolder(t *testing.T) {
 // turn. The control: with Issued as the bound (the check that existed
 // before), the forger is accepted and both waiters are then refused.
 func TestSequencerCheckStopsTheForger(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	// Two forgers present Issued(): while H holds (the newest waiter's
 	// token then) and just after H released (its deletion's zxid, above
@@ -270,7 +270,7 @@ func TestSequencerCheckStopsTheForger(t *testing.T) {
 // nothing ever locked under the prefix, 0. Each is at least the last
 // grant's token and below the next.
 func TestSequencerIdleKey(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	c := inspect(t, z.Addrs)
 	ctx := ctxFor(t, time.Minute)

@@ -14,7 +14,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -22,7 +23,7 @@ import (
 	"github.com/fenceguard/fenceguard/token/fencetest"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 type quiet struct{}
 
@@ -84,7 +85,7 @@ func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
 func TestConformance(t *testing.T) {
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(t *testing.T) locks.Locker {
-			z := servers.ZooKeeper(t)
+			z := zkserver.Shared(t)
 			return newLocker(t, z.Addrs, z.Chroot+"/locks")
 		},
 		// The harness's server grants sessions of 1s to 60s. A 1s session
@@ -95,13 +96,13 @@ func TestConformance(t *testing.T) {
 		ShortTTL: 2 * time.Second,
 		LongTTL:  30 * time.Second,
 		Unreachable: func(t *testing.T) (locks.Locker, func()) {
-			z := servers.ZooKeeper(t)
-			p := servers.NewProxy(t, z.Addrs[0])
+			z := zkserver.Shared(t)
+			p := harness.NewProxy(t, z.Addrs[0])
 			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Cut() }
 		},
 		Blackholed: func(t *testing.T) (locks.Locker, func()) {
-			z := servers.ZooKeeper(t)
-			p := servers.NewProxy(t, z.Addrs[0])
+			z := zkserver.Shared(t)
+			p := harness.NewProxy(t, z.Addrs[0])
 			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Blackhole() }
 		},
 	})
@@ -109,7 +110,7 @@ func TestConformance(t *testing.T) {
 
 // Waiters on different connections are served in the order they queued.
 func TestFIFOAcrossConnections(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	c := inspect(t, z.Addrs)
 	ctx := ctxFor(t, time.Minute)
@@ -152,7 +153,7 @@ func TestFIFOAcrossConnections(t *testing.T) {
 // Any string is a key, and distinct strings are distinct locks: escaping
 // must be injective and must not produce paths ZooKeeper refuses.
 func TestAnyStringIsAKey(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	l := newLocker(t, z.Addrs, z.Chroot+"/locks")
 	ctx := ctxFor(t, time.Minute)
 	keys := []string{
@@ -190,7 +191,7 @@ func TestAnyStringIsAKey(t *testing.T) {
 // A cancelled waiter and a failed try-acquire leave no znode behind, by the
 // time they return.
 func TestAbandonedAcquireLeavesNothing(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	l := newLocker(t, z.Addrs, prefix)
 	c := inspect(t, z.Addrs)
@@ -234,9 +235,9 @@ func TestLostCreateReply(t *testing.T) {
 		abandon bool
 	}{{"adopted", false}, {"abandoned", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			z := servers.ZooKeeper(t)
+			z := zkserver.Shared(t)
 			prefix := z.Chroot + "/locks"
-			proxy := servers.NewProxy(t, z.Addrs[0])
+			proxy := harness.NewProxy(t, z.Addrs[0])
 			l := newLocker(t, []string{proxy.Addr()}, prefix)
 			c := inspect(t, z.Addrs)
 			ctx := ctxFor(t, time.Minute)
@@ -321,9 +322,9 @@ func TestLostCreateReply(t *testing.T) {
 // token once the server expired the session, and the cut holder's late
 // release leaves the new grant alone.
 func TestHolderCutOffPastSessionTimeout(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
-	proxy := servers.NewProxy(t, z.Addrs[0])
+	proxy := harness.NewProxy(t, z.Addrs[0])
 	cutOff := newLocker(t, []string{proxy.Addr()}, prefix)
 	other := newLocker(t, z.Addrs, prefix)
 	const ttl = 2 * time.Second
@@ -417,7 +418,7 @@ func (s spy) TryAcquire(ctx context.Context, key string, ttl time.Duration) (loc
 // up (it cannot know whether its session survives); nobody else gets the
 // lock before it has; tokens keep growing; the old release is harmless.
 func TestServerRestartWhileHeld(t *testing.T) {
-	srv := servers.NewZooKeeper(t)
+	srv := zkserver.New(t)
 	addrs := []string{srv.Addr()}
 	holder := newLocker(t, addrs, "/locks")
 	other := newLocker(t, addrs, "/locks")
@@ -488,7 +489,7 @@ func TestServerRestartWhileHeld(t *testing.T) {
 // one below its minimum still ends at its TTL when not renewed, and each
 // distinct TTL costs a session, up to MaxSessions.
 func TestTTLMapping(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	ctx := ctxFor(t, time.Minute)
 	l, err := zklock.New(z.Addrs, zklock.Options{Prefix: prefix, Logger: quiet{}, MaxSessions: 3})
@@ -539,7 +540,7 @@ func TestTTLMapping(t *testing.T) {
 }
 
 func TestIssuedBoundsTokens(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	l := newLocker(t, z.Addrs, z.Chroot+"/locks")
 	other := newLocker(t, z.Addrs, z.Chroot+"/locks")
 	ctx := ctxFor(t, time.Minute)
@@ -593,7 +594,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 // Close ends the leases it granted: closing a session deletes its znodes.
 func TestCloseEndsLeases(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	l := newLocker(t, z.Addrs, prefix)
 	c := inspect(t, z.Addrs)
@@ -632,7 +633,7 @@ func TestCloseEndsLeases(t *testing.T) {
 
 func TestFenceConformance(t *testing.T) {
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
-		z := servers.ZooKeeper(t)
+		z := zkserver.Shared(t)
 		f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Check: check, Logger: discardLog})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
@@ -643,7 +644,7 @@ func TestFenceConformance(t *testing.T) {
 // mark is the largest presented, and no claim is refused with a current
 // below what it presented.
 func TestFenceAcrossConnections(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence"})
 	ctx := ctxFor(t, time.Minute)
 	if err := f.Claim(ctx, "r/with slash", 5); err != nil {
@@ -712,9 +713,9 @@ func TestUnreachableServerHonoursContext(t *testing.T) {
 // its turn came while it was cut off: go-zookeeper sets its watch again on
 // reconnecting, and ZooKeeper fires it for the deletion it missed.
 func TestWaiterRidesOutBrokenConnection(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
-	proxy := servers.NewProxy(t, z.Addrs[0])
+	proxy := harness.NewProxy(t, z.Addrs[0])
 	waiter := newLocker(t, []string{proxy.Addr()}, prefix)
 	holder := newLocker(t, z.Addrs, prefix)
 	c := inspect(t, z.Addrs)
@@ -785,7 +786,7 @@ func (h *records) WithGroup(string) slog.Handler      { return h }
 // A reset leaves one Warn record naming the store, the resource and both
 // marks; a refused one leaves none.
 func TestFenceResetIsAudited(t *testing.T) {
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	h := &records{}
 	f := zklock.NewFence(inspect(t, z.Addrs), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Logger: slog.New(h)})
 	ctx := ctxFor(t, time.Minute)
