@@ -4,7 +4,6 @@ go 1.25
 
 require (
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
-	github.com/go-chi/chi/v5 v5.0.0
 	go.uber.org/goleak v1.3.0
 )
 

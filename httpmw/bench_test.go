@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -57,20 +55,20 @@ func heldLocker(b *testing.B) *memlock.Locker {
 func BenchmarkChiRoute(b *testing.B) {
 	fenced := func(o httpmw.Options) http.Handler {
 		fence := &token.MemoryFence{Check: o.Check} // the same check in the fence, as a user would
-		o.Resource, o.Fence = httpmw.ChiParam("sku"), fence
+		o.Resource, o.Fence = httpmw.PathValue("sku"), fence
 		mw, err := httpmw.New(o)
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := chi.NewRouter()
+		r := newRouter()
 		r.With(mw.Handler).Put("/sku/{sku}", noContent)
 		return r
 	}
-	bare := chi.NewRouter()
+	bare := newRouter()
 	bare.Put("/sku/{sku}", noContent)
 	// The floor of any middleware that hands the handler a value in the
 	// request context: one context node and one copy of the request.
-	withContext := chi.NewRouter()
+	withContext := newRouter()
 	withContext.With(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxFloorKey{}, ctxFloorValue)))
@@ -107,13 +105,13 @@ func BenchmarkChiRoute(b *testing.B) {
 // The same on both cores, each goroutine on its own keys.
 func BenchmarkChiRouteParallel(b *testing.B) {
 	var fence token.MemoryFence
-	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
 	if err != nil {
 		b.Fatal(err)
 	}
-	fenced := chi.NewRouter()
+	fenced := newRouter()
 	fenced.With(mw.Handler).Put("/sku/{sku}", noContent)
-	bare := chi.NewRouter()
+	bare := newRouter()
 	bare.Put("/sku/{sku}", noContent)
 	for name, h := range map[string]http.Handler{"bare": bare, "fenced": fenced} {
 		b.Run(name, func(b *testing.B) {

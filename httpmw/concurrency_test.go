@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -44,17 +42,17 @@ type arrivalKey struct{}
 func (c *orderChecker) wrap(mw *httpmw.Middleware, inner http.Handler) http.Handler {
 	check := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, tok, _ := token.FromContext(r.Context())
-		k, _ := strconv.Atoi(chi.URLParam(r, "sku"))
+		k, _ := strconv.Atoi(r.PathValue("sku"))
 		if before := r.Context().Value(arrivalKey{}).(uint64); uint64(tok) < before {
 			c.t.Errorf("sku:%d accepted token %d after a claim of %d had completed", k, tok, before)
 		}
 		maxStore(&c.done[k], uint64(tok))
 		inner.ServeHTTP(w, r)
 	})
-	r := chi.NewRouter()
+	r := newRouter()
 	r.With(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			k, _ := strconv.Atoi(chi.URLParam(r, "sku"))
+			k, _ := strconv.Atoi(r.PathValue("sku"))
 			ctx := context.WithValue(r.Context(), arrivalKey{}, c.done[k].Load())
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
@@ -71,7 +69,7 @@ func TestConcurrentClaimsAreOrdered(t *testing.T) {
 		t.Run(fmt.Sprintf("SerializePerKey=%v", serialize), func(t *testing.T) {
 			const keys, workers, perWorker = 4, 8, 250
 			var fence token.MemoryFence
-			mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, SerializePerKey: serialize})
+			mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, SerializePerKey: serialize})
 			c := &orderChecker{t: t, done: make([]atomic.Uint64, keys)}
 			// Under serialization the log of each key is written only by
 			// its (serialized) handler: the race detector checks that too.
@@ -81,7 +79,7 @@ func TestConcurrentClaimsAreOrdered(t *testing.T) {
 					return
 				}
 				_, tok, _ := token.FromContext(r.Context())
-				k, _ := strconv.Atoi(chi.URLParam(r, "sku"))
+				k, _ := strconv.Atoi(r.PathValue("sku"))
 				if n := len(logs[k]); n > 0 && tok < logs[k][n-1] {
 					t.Errorf("sku:%d: handler ran with %d after %d", k, tok, logs[k][n-1])
 				}
@@ -140,12 +138,12 @@ type stock struct {
 func TestSerializePerKeyHoldsClaimAndHandler(t *testing.T) {
 	const keys, workers, perWorker = 3, 8, 60
 	var fence token.MemoryFence
-	mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, SerializePerKey: true})
+	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, SerializePerKey: true})
 	stocks := make([]stock, keys)
-	r := chi.NewRouter()
+	r := newRouter()
 	r.With(mw.Handler).Post("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
 		_, tok, _ := token.FromContext(r.Context())
-		k, _ := strconv.Atoi(chi.URLParam(r, "sku"))
+		k, _ := strconv.Atoi(r.PathValue("sku"))
 		s := &stocks[k]
 		s.inside++
 		if s.inside != 1 {
@@ -196,12 +194,12 @@ func TestSerializePerKeyHoldsClaimAndHandler(t *testing.T) {
 // forced, not hoped for.
 func TestWithoutSerializationClaimAndEffectRace(t *testing.T) {
 	var fence token.MemoryFence
-	mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
+	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
 	var units atomic.Int64
 	var lastWriter atomic.Uint64
 	var staleWrites atomic.Int64
 	aRead, bWrote := make(chan struct{}), make(chan struct{})
-	r := chi.NewRouter()
+	r := newRouter()
 	r.With(mw.Handler).Post("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
 		_, tok, _ := token.FromContext(r.Context())
 		u := units.Load()
@@ -236,10 +234,10 @@ func TestWithoutSerializationClaimAndEffectRace(t *testing.T) {
 // claims nothing; the key's entry goes once the holder is done.
 func TestSerializeWaitEndsWithRequest(t *testing.T) {
 	var fence token.MemoryFence
-	mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, SerializePerKey: true})
+	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, SerializePerKey: true})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
-	r := chi.NewRouter()
+	r := newRouter()
 	r.With(mw.Handler).Put("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
 			close(entered)

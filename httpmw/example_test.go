@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks/memlock"
@@ -70,40 +68,6 @@ func ExampleNew() {
 	// holder 7, woken from a pause: 409 stale-token
 	// no token: 428 missing-token
 	// malformed: 400 invalid-token
-}
-
-// On chi, mount the middleware on the route (With), where chi has matched
-// {sku}; ChiParam unescapes the value, so every spelling of a path is one
-// resource.
-func ExampleChiParam() {
-	var fence token.MemoryFence
-	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
-	if err != nil {
-		log.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.With(mw.Handler).Put("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
-	// A read without a token passes; with one it claims like a write.
-	r.With(mw.Handler).Get("/sku/{sku}", func(w http.ResponseWriter, r *http.Request) {
-		_, t, fenced := token.FromContext(r.Context())
-		fmt.Printf("  read, fenced: %v (token %d)\n", fenced, t)
-	})
-
-	fmt.Println("PUT /sku/42 with 7:", send(r, "PUT", "/sku/42", "7"))
-	fmt.Println("PUT /sku/%34%32 with 6:", send(r, "PUT", "/sku/%34%32", "6"))
-	fmt.Println("GET without a token:", send(r, "GET", "/sku/42", ""))
-	fmt.Println("GET with 9:", send(r, "GET", "/sku/42", "9"))
-	fmt.Println("high-water of sku:42:", fence.HighWater("sku:42"))
-	// Output:
-	// PUT /sku/42 with 7: 204
-	// PUT /sku/%34%32 with 6: 409 stale-token
-	//   read, fenced: false (token 0)
-	// GET without a token: 200
-	//   read, fenced: true (token 9)
-	// GET with 9: 200
-	// high-water of sku:42: 9
 }
 
 // The client side: the Transport sends the token of the lease in the
@@ -300,7 +264,7 @@ func ExampleRequireAll() {
 	// GET without a token: 428 missing-token
 }
 
-// The whole flow: a holder takes the lock with guard.Do and calls a chi
+// The whole flow: a holder takes the lock with guard.Do and calls a
 // service through a client on Transport, which sends the lease's token to
 // the resource it was granted for; the service's middleware claims it
 // before the handler runs. A holder that kept its token past its lease
@@ -308,16 +272,16 @@ func ExampleRequireAll() {
 func Example() {
 	// The resource service.
 	var fence token.MemoryFence
-	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence})
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := chi.NewRouter()
-	r.With(mw.Handler).Put("/items/{sku}/stock", func(w http.ResponseWriter, r *http.Request) {
+	r := http.NewServeMux()
+	r.Handle("PUT /items/{sku}/stock", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, _, _ := token.FromContext(r.Context())
 		fmt.Printf("  service: %s written\n", key)
 		w.WriteHeader(http.StatusNoContent)
-	})
+	})))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 

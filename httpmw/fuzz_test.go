@@ -117,7 +117,7 @@ func FuzzMiddleware(f *testing.F) {
 		var passed bool
 		var gotKey string
 		var gotTok token.Token
-		h := chiRoute(newMWFuzz(t, fence, check), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := muxRoute(newMWFuzz(t, fence, check), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			passed = true
 			gotKey, gotTok, _ = token.FromContext(r.Context())
 			w.WriteHeader(http.StatusNoContent)
@@ -175,7 +175,7 @@ func FuzzMiddleware(f *testing.F) {
 }
 
 func newMWFuzz(t *testing.T, fence token.Fence, check token.Check) *httpmw.Middleware {
-	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence, Check: check})
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: fence, Check: check})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/token"
@@ -50,16 +48,44 @@ func newMW(t testing.TB, o httpmw.Options) *httpmw.Middleware {
 	return mw
 }
 
-// chiRoute mounts mw on PUT, POST, GET and HEAD /sku/{sku}, as an
+// muxRoute mounts mw on PUT, POST, GET and HEAD /sku/{sku}, as an
 // application would.
-func chiRoute(mw *httpmw.Middleware, h http.Handler) http.Handler {
-	r := chi.NewRouter()
+func muxRoute(mw *httpmw.Middleware, h http.Handler) http.Handler {
+	r := newRouter()
 	r.With(mw.Handler).Method(http.MethodPut, "/sku/{sku}", h)
 	r.With(mw.Handler).Method(http.MethodPost, "/sku/{sku}", h)
 	r.With(mw.Handler).Method(http.MethodGet, "/sku/{sku}", h)
 	r.With(mw.Handler).Method(http.MethodHead, "/sku/{sku}", h)
 	return r
 }
+
+// router is the little of a chi-style router the tests need, on
+// http.ServeMux: routes with their own middleware.
+type router struct{ *http.ServeMux }
+
+func newRouter() *router { return &router{http.NewServeMux()} }
+
+// route is a route under construction with its middleware, outermost
+// first.
+type route struct {
+	r   *router
+	mws []func(http.Handler) http.Handler
+}
+
+func (r *router) With(mws ...func(http.Handler) http.Handler) route { return route{r, mws} }
+
+func (r *router) Put(pattern string, h http.HandlerFunc) { r.With().Put(pattern, h) }
+
+func (rt route) Method(method, pattern string, h http.Handler) {
+	for i := len(rt.mws) - 1; i >= 0; i-- {
+		h = rt.mws[i](h)
+	}
+	rt.r.Handle(method+" "+pattern, h)
+}
+
+func (rt route) Put(pattern string, h http.HandlerFunc)  { rt.Method(http.MethodPut, pattern, h) }
+func (rt route) Post(pattern string, h http.HandlerFunc) { rt.Method(http.MethodPost, pattern, h) }
+func (rt route) Get(pattern string, h http.HandlerFunc)  { rt.Method(http.MethodGet, pattern, h) }
 
 // serve sends one request to h with the given X-Fencing-Token values (none
 // at all when vals is nil) and returns the recorded response.

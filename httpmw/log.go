@@ -10,8 +10,8 @@ import (
 
 // Defaults of [NewRefusalLog].
 const (
-	DefaultLogBurst = 5
-	DefaultLogEvery = time.Minute
+	defaultLogBurst = 5
+	defaultLogEvery = time.Minute
 )
 
 // maxLogErr bounds the cause's text in a log record: it may carry the
@@ -54,17 +54,17 @@ type logWindow struct {
 }
 
 // NewRefusalLog returns a RefusalLog writing to l (nil: slog.Default())
-// at most burst records per result every interval; burst ≤ 0 is
-// [DefaultLogBurst], every ≤ 0 [DefaultLogEvery].
+// at most burst records per result every interval; burst ≤ 0 is 5,
+// every ≤ 0 one minute.
 func NewRefusalLog(l *slog.Logger, burst int, every time.Duration) *RefusalLog {
 	if l == nil {
 		l = slog.Default()
 	}
 	if burst <= 0 {
-		burst = DefaultLogBurst
+		burst = defaultLogBurst
 	}
 	if every <= 0 {
-		every = DefaultLogEvery
+		every = defaultLogEvery
 	}
 	return &RefusalLog{logger: l, burst: burst, every: every, now: time.Now, kinds: map[Result]*logWindow{}}
 }

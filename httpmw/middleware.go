@@ -8,9 +8,6 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// ErrBadOptions reports an [Options] that [New] refuses.
-var ErrBadOptions = errors.New("httpmw: bad options")
-
 // errDuplicate is the cause of the 400 for a request with two headers.
 var errDuplicate = fmt.Errorf("%w: more than one %s header", token.ErrInvalid, token.Header)
 
@@ -28,7 +25,8 @@ type Options struct {
 	// It must map each resource to exactly one key, the key the store and
 	// the handler use for it: two spellings of one resource would have two
 	// high-water marks, and a stale holder could use the other one. An
-	// error, or a key [ErrBadKey] describes, answers 404.
+	// error, or a key that is empty, longer than 512 bytes, not UTF-8 or
+	// holds a control character, answers 404.
 	Resource func(r *http.Request) (string, error)
 
 	// Fence holds the high-water marks and is required: a
@@ -118,14 +116,14 @@ type Middleware struct {
 	locks *keyLocks // nil unless SerializePerKey
 }
 
-// New returns a Middleware for o. It fails with an error wrapping
-// [ErrBadOptions] when a required option is missing.
+// New returns a Middleware for o. It fails with a descriptive error when a
+// required option is missing.
 func New(o Options) (*Middleware, error) {
 	switch {
 	case o.Resource == nil:
-		return nil, fmt.Errorf("%w: Resource is required", ErrBadOptions)
+		return nil, errors.New("httpmw: Options.Resource is required")
 	case o.Fence == nil:
-		return nil, fmt.Errorf("%w: Fence is required", ErrBadOptions)
+		return nil, errors.New("httpmw: Options.Fence is required")
 	}
 	if o.Require == nil {
 		o.Require = RequireUnsafe

@@ -46,10 +46,10 @@ func TestObserveEveryOutcome(t *testing.T) {
 	var fence token.MemoryFence
 	var seen seen
 	var obs outcomes
-	mw := newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Observe: obs.observe})
-	h := chiRoute(mw, seen.handler())
+	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, Observe: obs.observe})
+	h := muxRoute(mw, seen.handler())
 	var down failingFence
-	hDown := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &down, Observe: obs.observe}), seen.handler())
+	hDown := muxRoute(newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &down, Observe: obs.observe}), seen.handler())
 	if err := fence.Claim(context.Background(), "sku:1", 10); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	if err := fence.Claim(context.Background(), "sku:1", 10); err != nil {
 		t.Fatal(err)
 	}
-	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Log: rl}), (&seen{}).handler())
+	h := muxRoute(newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, Log: rl}), (&seen{}).handler())
 	const flood = 1000
 	for range flood {
 		serve(t, h, "PUT", "/sku/1", "garbage-"+strings.Repeat("x", 100))
@@ -164,7 +164,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	// With Debug enabled, the refusals over the limit are at Debug.
 	buf.Reset()
 	dbg := httpmw.NewRefusalLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), 1, time.Hour)
-	h = chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Log: dbg}), (&seen{}).handler())
+	h = muxRoute(newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, Log: dbg}), (&seen{}).handler())
 	for range 3 {
 		serve(t, h, "PUT", "/sku/1", "9")
 	}
@@ -183,7 +183,7 @@ func TestRefusalLogUnsafeKey(t *testing.T) {
 	var buf bytes.Buffer
 	rl := httpmw.NewRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)), 10, time.Minute)
 	var fence token.MemoryFence
-	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence, Log: rl}), (&seen{}).handler())
+	h := muxRoute(newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence, Log: rl}), (&seen{}).handler())
 	long := strings.Repeat("a", 300)
 	for _, k := range []string{long, "ab\u202ecd"} {
 		if err := fence.Claim(context.Background(), "sku:"+k, 10); err != nil {
@@ -211,14 +211,14 @@ func TestRefusalLogUnsafeKey(t *testing.T) {
 // client's Transport still reports the key it sent the token for.
 func TestStaleEchoesOnlySafeKeys(t *testing.T) {
 	var fence token.MemoryFence
-	h := chiRoute(newMW(t, httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: &fence}), (&seen{}).handler())
+	h := muxRoute(newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence}), (&seen{}).handler())
 	for _, c := range []struct {
 		name, param string
 		echoed      bool
 	}{
 		{"plain", "42", true},
-		{"64 bytes", strings.Repeat("b", httpmw.MaxEchoKey-len("sku:")), true},
-		{"65 bytes", strings.Repeat("b", httpmw.MaxEchoKey-len("sku:")+1), false},
+		{"64 bytes", strings.Repeat("b", 64-len("sku:")), true},
+		{"65 bytes", strings.Repeat("b", 64-len("sku:")+1), false},
 		{"300 characters", strings.Repeat("c", 300), false},
 		{"U+202E", "ab\u202ecd", false},
 		{"space", "a%20b", false},

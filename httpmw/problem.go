@@ -40,7 +40,7 @@ type Problem struct {
 
 	// Resource is the resource key the token was checked against, set
 	// when the refusal is about that key's mark (stale) and the key is
-	// safe to echo: at most [MaxEchoKey] bytes of visible ASCII ('!'
+	// safe to echo: at most 64 bytes of visible ASCII ('!'
 	// through '~': no space, no control, format or bidirectional
 	// character, nothing outside ASCII). Otherwise it is left out — not
 	// cut, which could name another resource. It is derived by the server
@@ -252,12 +252,12 @@ func problemForged(t token.Token, err error) *Problem {
 	return p
 }
 
-// MaxEchoKey is the longest resource key a 409 names ([Problem.Resource]).
-const MaxEchoKey = 64
+// maxEchoKey is the longest resource key a 409 names ([Problem.Resource]).
+const maxEchoKey = 64
 
 // echoKey returns key if a problem may name it: short, visible ASCII.
 func echoKey(key string) string {
-	if len(key) > MaxEchoKey || !safeText(key) {
+	if len(key) > maxEchoKey || !safeText(key) {
 		return ""
 	}
 	return key

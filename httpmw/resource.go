@@ -6,20 +6,17 @@ import (
 	"hash/maphash"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync/atomic"
 	"unicode/utf8"
-
-	"github.com/go-chi/chi/v5"
 )
 
-// MaxKeyLen is the longest resource key the middleware accepts, in bytes.
-const MaxKeyLen = 512
+// maxKeyLen is the longest resource key the middleware accepts, in bytes.
+const maxKeyLen = 512
 
-// ErrBadKey is what a resource key the middleware refuses unwraps to: empty,
-// longer than [MaxKeyLen], not UTF-8, or holding a control character. Such
-// a request gets a 404: it names no resource the route fences.
-var ErrBadKey = errors.New("httpmw: bad resource key")
+// errBadKey is what a resource key the middleware refuses unwraps to: empty,
+// longer than maxKeyLen, not UTF-8, or holding a control character. Such a
+// request gets a 404: it names no resource the route fences.
+var errBadKey = errors.New("httpmw: bad resource key")
 
 // checkKey keeps keys every Fence can store (PostgreSQL text takes neither
 // NUL nor invalid UTF-8), so no path a client sends can turn into a 5xx from
@@ -27,36 +24,32 @@ var ErrBadKey = errors.New("httpmw: bad resource key")
 func checkKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: empty", ErrBadKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: longer than %d bytes", ErrBadKey, MaxKeyLen)
+		return fmt.Errorf("%w: empty", errBadKey)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: longer than %d bytes", errBadKey, maxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: not UTF-8", ErrBadKey)
+		return fmt.Errorf("%w: not UTF-8", errBadKey)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%w: control character at offset %d", ErrBadKey, i)
+			return fmt.Errorf("%w: control character at offset %d", errBadKey, i)
 		}
 	}
 	return nil
 }
 
-// ChiParam returns an [Options.Resource] for routes served by chi: the key
-// is name + ":" + the value of the route's {name} parameter, so
-// ChiParam("sku") maps /sku/42 on the route /sku/{sku} to "sku:42".
+// ChiParam returns an [Options.Resource] for routes served by chi (v5.0.12
+// or later, which sets [http.Request.PathValue]): the key is name + ":" +
+// the route's {name} parameter, so ChiParam("sku") maps /sku/42 on the
+// route /sku/{sku} to "sku:42". Unlike [http.ServeMux], chi leaves the value
+// escaped when the URL has an escaped form; ChiParam unescapes it, so that
+// /sku/%34%32 and /sku/42 name one resource and meet one mark. Handlers
+// name the resource the same way with [ChiValue] or [token.FromContext].
 //
-// The value is unescaped first. chi matches on the escaped path when the URL
-// has one, so chi.URLParam gives "%34%32" for /sku/%34%32 but "42" for
-// /sku/42; both name the same resource and must meet the same high-water,
-// or a stale holder could slip past the fence by spelling the path
-// differently. Handlers must name the resource the same way: take the key
-// from [token.FromContext], or the value from [ChiValue].
-//
-// Mount the middleware where chi has already matched the parameter: on the
-// route (Router.With) or inside Router.Route for the pattern that has it —
-// not with Router.Use on a router above it, which runs before routing. A
-// request served without the parameter fails with a descriptive error (and
-// a 404), so the mistake shows in the first test.
+// Mount the middleware where chi has matched the parameter: on the route
+// (Router.With) or inside Router.Route, not with Router.Use on a router
+// above it. A request served without the parameter is refused with 404 and
+// an error that says so.
 func ChiParam(name string) func(*http.Request) (string, error) {
 	keys := newKeyCache(name + ":")
 	return func(r *http.Request) (string, error) {
@@ -70,16 +63,11 @@ func ChiParam(name string) func(*http.Request) (string, error) {
 
 // ChiValue returns the route's {name} parameter unescaped exactly as
 // [ChiParam] does, so a handler that names the item by it names the
-// resource the middleware claimed: chi's value is still escaped when the
-// request URL has an escaped form (RawPath), and already plain otherwise.
+// resource the middleware claimed.
 func ChiValue(r *http.Request, name string) (string, error) {
-	rctx := chi.RouteContext(r.Context())
-	if rctx == nil {
-		return "", fmt.Errorf("httpmw: ChiParam(%q): request not routed by chi", name)
-	}
-	v := rctx.URLParam(name)
-	if v == "" && !slices.Contains(rctx.URLParams.Keys, name) {
-		return "", fmt.Errorf("httpmw: ChiParam(%q): the route has no {%s} parameter; mount the middleware on the route (With, or Use inside Route), not above the router that matches it", name, name)
+	v := r.PathValue(name)
+	if v == "" {
+		return "", fmt.Errorf("httpmw: ChiParam(%q): the request has no {%s} path value; mount the middleware on the route (With, or Use inside Route), not above the router that matches it, and use chi v5.0.12 or later", name, name)
 	}
 	if r.URL != nil && r.URL.RawPath != "" {
 		// chi routed on the escaped path, so v is still escaped.

@@ -13,7 +13,7 @@ import (
 // and [ChiParam](name) on chi, for the same route. So
 // RouteKey("sku", "/sku/{sku}") maps /sku/42 and /sku/%34%32 alike to
 // "sku:42", as the server does. A request that matches no pattern, or
-// whose key the middleware would refuse ([ErrBadKey]), maps to no key,
+// whose key the middleware would refuse (answering 404), maps to no key,
 // and the Transport sends it without the token.
 //
 // Patterns are [http.ServeMux] patterns, "[METHOD ][HOST]/PATH", matched
@@ -27,13 +27,13 @@ import (
 // pattern without a method matches every method, which is what a client
 // wants: reads claim too.
 //
-// It fails with an error wrapping [ErrBadOptions] when there is no
+// It fails with a descriptive error when there is no
 // pattern, a pattern has no {name} (or {name...}) wildcard, or a pattern
 // is invalid or conflicts with another. The function it returns is safe
 // for concurrent use.
 func RouteKey(name string, patterns ...string) (func(*http.Request) (string, bool), error) {
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("%w: RouteKey(%q) without a pattern", ErrBadOptions, name)
+		return nil, fmt.Errorf("httpmw: RouteKey(%q) without a pattern", name)
 	}
 	mux := http.NewServeMux()
 	match := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -43,10 +43,10 @@ func RouteKey(name string, patterns ...string) (func(*http.Request) (string, boo
 	})
 	for _, p := range patterns {
 		if !strings.Contains(p, "{"+name+"}") && !strings.Contains(p, "{"+name+"...}") {
-			return nil, fmt.Errorf("%w: RouteKey: pattern %q has no {%s} wildcard", ErrBadOptions, p, name)
+			return nil, fmt.Errorf("httpmw: RouteKey: pattern %q has no {%s} wildcard", p, name)
 		}
 		if err := register(mux, p, match); err != nil {
-			return nil, fmt.Errorf("%w: RouteKey: %v", ErrBadOptions, err)
+			return nil, fmt.Errorf("httpmw: RouteKey: %v", err)
 		}
 	}
 	keys := newKeyCache(name + ":")

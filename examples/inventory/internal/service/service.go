@@ -163,7 +163,7 @@ func itemResource(r *http.Request) (string, error) {
 		return "", err
 	}
 	if !validSKU(sku) {
-		return "", fmt.Errorf("%w: not an item name", httpmw.ErrBadKey)
+		return "", fmt.Errorf("%q is not an item name", sku)
 	}
 	return resource(sku), nil
 }
