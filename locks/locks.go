@@ -119,9 +119,6 @@ var (
 	ErrInvalidArgument = errors.New("invalid lock argument")
 	// ErrClosed: the locker was used after its Close.
 	ErrClosed = errors.New("locker closed")
-
-	// Deprecated: use ErrInvalidArgument, the same error.
-	ErrInvalid = ErrInvalidArgument
 )
 
 // CheckArgs validates the arguments of an acquire: a non-empty key and a

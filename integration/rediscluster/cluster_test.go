@@ -33,7 +33,7 @@ func clusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterClient {
 // makes the tag of <prefix>{<name>} empty ("{}"), so Redis hashes each whole
 // key and the lock's keys would land in different slots (CROSSSLOT). On a
 // Cluster client the Locker and the Sequencer refuse such names at once with
-// locks.ErrInvalid, never CROSSSLOT, as the doc says ("Names may contain
+// locks.ErrInvalidArgument, never CROSSSLOT, as the doc says ("Names may contain
 // braces, with one exception"); names with other braces work, and on one
 // node '}'-names work too. The Fence, which touches one key, takes them.
 func TestClusterNameStartingWithCloseBraceRefused(t *testing.T) {
@@ -50,10 +50,10 @@ func TestClusterNameStartingWithCloseBraceRefused(t *testing.T) {
 		}
 		le, err := l.TryAcquire(ctx, name, time.Second)
 		if len(slots) > 1 {
-			if !errors.Is(err, locks.ErrInvalid) {
+			if !errors.Is(err, locks.ErrInvalidArgument) {
 				t.Errorf("name %q (its keys span %d slots): TryAcquire: %v, want ErrInvalid", name, len(slots), err)
 			}
-			if _, err := redislock.NewSequencer(cc, "").Current(ctx, name); !errors.Is(err, locks.ErrInvalid) {
+			if _, err := redislock.NewSequencer(cc, "").Current(ctx, name); !errors.Is(err, locks.ErrInvalidArgument) {
 				t.Errorf("name %q: Sequencer.Current: %v, want ErrInvalid", name, err)
 			}
 			continue

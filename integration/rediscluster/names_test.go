@@ -77,7 +77,7 @@ func namesOn(t *testing.T, where string, c redislock.Client, fc redislock.FenceC
 			for op, e := range errs {
 				switch {
 				case e == nil:
-				case errors.Is(e, locks.ErrInvalid) || errors.Is(e, token.ErrNoResource):
+				case errors.Is(e, locks.ErrInvalidArgument) || errors.Is(e, token.ErrNoResource):
 					invalid++
 				default:
 					t.Errorf("%s %q: %s: untyped error %v", where, show, op, e)
@@ -93,9 +93,9 @@ func namesOn(t *testing.T, where string, c redislock.Client, fc redislock.FenceC
 					t.Errorf("%s %q: Issued = %d, %v; holder %d", where, show, issued, err, le.Token())
 				}
 			}
-			lockRefused := errors.Is(errs["TryAcquire"], locks.ErrInvalid)
+			lockRefused := errors.Is(errs["TryAcquire"], locks.ErrInvalidArgument)
 			for _, op := range []string{"Heal", "Issued", "Current"} {
-				if lockRefused != errors.Is(errs[op], locks.ErrInvalid) {
+				if lockRefused != errors.Is(errs[op], locks.ErrInvalidArgument) {
 					t.Errorf("%s %q: TryAcquire %v but %s %v", where, show, errs["TryAcquire"], op, errs[op])
 				}
 			}
@@ -118,15 +118,15 @@ func namesOn(t *testing.T, where string, c redislock.Client, fc redislock.FenceC
 }
 
 // TestIssuedEmptyKeyRefused: on a single node, Locker.Issued("") is refused
-// with locks.ErrInvalid, as Acquire, TryAcquire, Heal and Current refuse the
+// with locks.ErrInvalidArgument, as Acquire, TryAcquire, Heal and Current refuse the
 // empty key (on a Cluster client by the hash-tag check too).
 func TestIssuedEmptyKeyRefused(t *testing.T) {
 	ctx := itest.Ctx(t, 10*time.Second)
 	db := servers.Redis(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
-	if v, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalid) {
-		t.Errorf("Issued(\"\") = %d, %v; want locks.ErrInvalid like Acquire, Heal and Current", v, err)
+	if v, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Errorf("Issued(\"\") = %d, %v; want locks.ErrInvalidArgument like Acquire, Heal and Current", v, err)
 	}
 }
 
@@ -148,10 +148,10 @@ func TestOddLockNamesCluster(t *testing.T) {
 	ctx := itest.Ctx(t, 10*time.Second)
 	for _, p := range []string{"a{}b:", "{}", "x}{}"} {
 		l := newLocker(t, cc, redislock.Options{Prefix: p})
-		if _, err := l.TryAcquire(ctx, "n", time.Second); !errors.Is(err, locks.ErrInvalid) {
+		if _, err := l.TryAcquire(ctx, "n", time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
 			t.Errorf("prefix %q: TryAcquire %v, want ErrInvalid", p, err)
 		}
-		if _, err := redislock.NewSequencer(cc, p).Current(ctx, "n"); !errors.Is(err, locks.ErrInvalid) {
+		if _, err := redislock.NewSequencer(cc, p).Current(ctx, "n"); !errors.Is(err, locks.ErrInvalidArgument) {
 			t.Errorf("prefix %q: Current %v, want ErrInvalid", p, err)
 		}
 	}

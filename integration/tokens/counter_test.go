@@ -350,7 +350,7 @@ func TestRedisCeiling(t *testing.T) {
 	if v, _ := e.raw("mh"); v != v0 {
 		t.Errorf("after the refused grant: %q, was %q", v, v0)
 	}
-	if _, err := e.l.Heal(ctx, "mh", redislock.MaxToken); !isRange(err) || !errors.Is(err, locks.ErrInvalid) {
+	if _, err := e.l.Heal(ctx, "mh", redislock.MaxToken); !isRange(err) || !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Errorf("Heal(MaxToken): %v", err)
 	}
 	// Hand-over at the ceiling.

@@ -99,7 +99,7 @@ func TestRedisTokenEdges(t *testing.T) {
 			_ = le.Release(ctx)
 		}
 	}
-	if _, err := l.Heal(ctx, "x", redislock.MaxToken); !errors.Is(err, token.ErrRange) || !errors.Is(err, locks.ErrInvalid) {
+	if _, err := l.Heal(ctx, "x", redislock.MaxToken); !errors.Is(err, token.ErrRange) || !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Errorf("Heal(MaxToken): %v", err)
 	}
 	t.Logf("%d grants over %d edges, all exact and increasing", grants, len(edges))

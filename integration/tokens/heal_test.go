@@ -144,7 +144,7 @@ func TestRedisHealCeiling(t *testing.T) {
 	for _, to := range []token.Token{redislock.MaxToken, redislock.MaxToken + 1, ^token.Token(0)} {
 		_, err := l.Heal(ctx, "ceil", to)
 		var re *token.RangeError
-		if !errors.Is(err, locks.ErrInvalid) || !errors.As(err, &re) {
+		if !errors.Is(err, locks.ErrInvalidArgument) || !errors.As(err, &re) {
 			t.Errorf("Heal(%d) = %v, want ErrInvalid and a RangeError", to, err)
 		}
 	}
@@ -281,7 +281,7 @@ func TestRedisCorruptCounterTypedError(t *testing.T) {
 				t.Errorf("%s: %s succeeded on a corrupt key", name, op.name)
 				continue
 			}
-			if !errors.Is(op.err, locks.ErrInvalid) && !errors.Is(op.err, token.ErrInvalid) && !errors.Is(op.err, token.ErrRange) {
+			if !errors.Is(op.err, locks.ErrInvalidArgument) && !errors.Is(op.err, token.ErrInvalid) && !errors.Is(op.err, token.ErrRange) {
 				untyped = append(untyped, op.name)
 			}
 		}

@@ -268,7 +268,7 @@ func TestRedlockNumericEdges(t *testing.T) {
 		}
 	}
 	for _, bad := range []token.Token{0, token.MaxInt64, token.MaxInt64 + 1, ^token.Token(0)} {
-		if err := l.Heal(ctx, "x", bad); !errors.Is(err, locks.ErrInvalid) {
+		if err := l.Heal(ctx, "x", bad); !errors.Is(err, locks.ErrInvalidArgument) {
 			t.Fatalf("Heal(%d): %v", bad, err)
 		}
 	}

@@ -49,7 +49,7 @@ func TestSpans(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Acquire(ctx, "", time.Second); !errors.Is(err, locks.ErrInvalid) {
+	if _, err := l.Acquire(ctx, "", time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Fatalf("Acquire with no key: %v", err)
 	}
 	f := oteltrace.Fence(&token.MemoryFence{}, tp)
