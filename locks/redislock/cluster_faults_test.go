@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -35,7 +36,7 @@ type holders struct {
 	wg     sync.WaitGroup
 }
 
-func runHolders(t *testing.T, c *servers.RedisCluster, prefix, key string, n int, ttl, hold time.Duration, strict bool, stop <-chan struct{}) *holders {
+func runHolders(t *testing.T, c *redisserver.Cluster, prefix, key string, n int, ttl, hold time.Duration, strict bool, stop <-chan struct{}) *holders {
 	h := &holders{}
 	for i := range n {
 		l := newLocker(t, newClusterClient(t, c, nil), redislock.Options{Prefix: prefix})
@@ -130,7 +131,7 @@ func waitGrants(t *testing.T, h *holders, n int, what string) {
 // grant that ended before it, across both failovers.
 func TestClusterFailoverTokensGrow(t *testing.T) {
 	t.Parallel() // mostly waiting for cluster-node-timeout and elections
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"
 	stop := make(chan struct{})
@@ -184,10 +185,10 @@ func TestClusterFailoverTokensGrow(t *testing.T) {
 // MOVED after it: no call fails, the in-test checker sees one holder at a
 // time, and tokens grow.
 func TestClusterReshardWhileLocking(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"
-	slot := servers.KeySlot(prefix + "{" + key + "}")
+	slot := redisserver.KeySlot(prefix + "{" + key + "}")
 	stop := make(chan struct{})
 	h := runHolders(t, c, prefix, key, 4, 5*time.Second, 2*time.Millisecond, true, stop)
 	defer func() {
@@ -204,7 +205,7 @@ func TestClusterReshardWhileLocking(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms, _ := c.Masters(ctx)
-	var to *servers.Server
+	var to *harness.Server
 	for _, m := range ms {
 		if m != home {
 			to = m
@@ -213,20 +214,30 @@ func TestClusterReshardWhileLocking(t *testing.T) {
 	// Midway, grants go on while every key of the lock is on the source;
 	// once one is missing there (a release deleted the lock, the queue
 	// emptied), Redis refuses the scripts with TRYAGAIN until the move is
-	// done, and the calls wait for it (the doc's promise). So midway is
-	// held for at most 3 s — below the holders' 5 s acquire timeout, so
-	// every call that started midway must still succeed after the move.
-	midway := func(context.Context) error {
-		before, deadline := h.count(), time.Now().Add(3*time.Second)
-		for h.count() < before+30 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Logf("midway: %d grants", h.count()-before)
-		return nil
-	}
-	for _, dst := range []*servers.Server{to, home} {
+	// done, and the calls wait for it (the doc's promise). So midway lasts
+	// until 30 grants or until grants stop (the calls now wait for the
+	// move), never for a fixed time the waiting calls would have to sit
+	// out: they must still succeed after the move, within their 5 s.
+	midway := func(ctx context.Context) error {
 		before := h.count()
-		if err := c.Migrate(ctx, slot, dst, servers.MigrateOptions{Midway: midway}); err != nil {
+		last, lastAt := before, time.Now()
+		err := harness.WaitFor(ctx, 10*time.Millisecond, func(context.Context) error {
+			switch n := h.count(); {
+			case n >= before+30:
+				return nil
+			case n != last:
+				last, lastAt = n, time.Now()
+			case time.Since(lastAt) > 200*time.Millisecond:
+				return nil
+			}
+			return errors.New("grants still going on")
+		})
+		t.Logf("midway: %d grants", h.count()-before)
+		return err
+	}
+	for _, dst := range []*harness.Server{to, home} {
+		before := h.count()
+		if err := c.Migrate(ctx, slot, dst, redisserver.MigrateOptions{Midway: midway}); err != nil {
 			t.Fatal(err)
 		}
 		waitGrants(t, h, 30, "after the move")
@@ -250,7 +261,7 @@ func TestClusterReshardWhileLocking(t *testing.T) {
 // resource unfenced accepts both.
 func TestClusterDoubleGrantAcrossFailover(t *testing.T) {
 	t.Parallel() // mostly waiting for cluster-node-timeout and elections
-	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	c := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"
 	lockKey := prefix + "{" + key + "}"

@@ -8,20 +8,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
 // keysPerMaster returns, for each master, a lock name whose slot it owns.
-func keysPerMaster(t *testing.T, ctx context.Context, c *servers.RedisCluster, prefix string) (map[*servers.Server]string, []*servers.Server) {
+func keysPerMaster(t *testing.T, ctx context.Context, c *redisserver.Cluster, prefix string) (map[*harness.Server]string, []*harness.Server) {
 	t.Helper()
 	masters, err := c.Masters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[*servers.Server]string{}
+	names := map[*harness.Server]string{}
 	for i := 0; len(names) < len(masters) && i < 1000; i++ {
 		name := "n" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		m, err := c.MasterForKey(ctx, prefix+"{"+name+"}")
@@ -38,7 +39,7 @@ func keysPerMaster(t *testing.T, ctx context.Context, c *servers.RedisCluster, p
 	return names, masters
 }
 
-func numSub(t *testing.T, ctx context.Context, s *servers.Server, channel string) int64 {
+func numSub(t *testing.T, ctx context.Context, s *harness.Server, channel string) int64 {
 	t.Helper()
 	nc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer nc.Close()
@@ -58,7 +59,7 @@ func numSub(t *testing.T, ctx context.Context, s *servers.Server, channel string
 // control, the locker with one subscriber on whichever node (as before),
 // leaves two masters without theirs.
 func TestClusterWaitersListenOnTheirMaster(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 0)
+	c := redisserver.NewCluster(t, 3, 0)
 	ctx := ctxFor(t, time.Minute)
 	for _, control := range []bool{false, true} {
 		prefix := clusterPrefix()
@@ -68,8 +69,8 @@ func TestClusterWaitersListenOnTheirMaster(t *testing.T) {
 		if control {
 			redislock.OneSubscriber(l)
 		}
-		holders := map[*servers.Server]locks.Lease{}
-		got := map[*servers.Server]chan time.Time{}
+		holders := map[*harness.Server]locks.Lease{}
+		got := map[*harness.Server]chan time.Time{}
 		for _, m := range masters {
 			h, err := l.TryAcquire(ctx, names[m], 30*time.Second)
 			if err != nil {
@@ -131,7 +132,7 @@ func TestClusterWaitersListenOnTheirMaster(t *testing.T) {
 // waiter opens one again.
 func TestClusterIdleSubscribersClose(t *testing.T) {
 	defer redislock.SetNotifierLinger(200 * time.Millisecond)()
-	c := servers.NewRedisCluster(t, 3, 0)
+	c := redisserver.NewCluster(t, 3, 0)
 	ctx := ctxFor(t, time.Minute)
 	prefix := clusterPrefix()
 	names, masters := keysPerMaster(t, ctx, c, prefix)

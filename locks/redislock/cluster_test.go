@@ -13,7 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
@@ -24,7 +25,7 @@ import (
 // newClusterClient is a ClusterClient on c, reaching the nodes directly
 // (also when they announce Links), with short timeouts so a dead node
 // fails calls fast.
-func newClusterClient(t testing.TB, c *servers.RedisCluster, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.ClusterClient {
+func newClusterClient(t testing.TB, c *redisserver.Cluster, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.ClusterClient {
 	t.Helper()
 	if dial == nil {
 		dial = c.Dialer()
@@ -78,7 +79,7 @@ func (d *cutDialer) Cut() {
 // The conformance suites of the Locker and the Fence, through a
 // ClusterClient on a 3-master cluster with a replica each.
 func TestClusterConformance(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	var mu sync.Mutex
 	prefixes := map[locks.Locker]string{}
 	newL := func(t *testing.T, cc *redis.ClusterClient) locks.Locker {
@@ -128,14 +129,14 @@ func lockKeyNames(prefix, name string, tagged bool) []string {
 // whose keys would be spread over several masters without the tag — and
 // no key of it is anywhere else.
 func TestClusterLockKeysShareASlot(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, time.Minute)
 	prefix := clusterPrefix()
 	masters, err := c.Masters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := func(key string) *servers.Server {
+	owner := func(key string) *harness.Server {
 		m, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +147,7 @@ func TestClusterLockKeysShareASlot(t *testing.T) {
 	var names []string
 	for i := 0; len(names) < 4; i++ {
 		name := fmt.Sprintf("lock-%d", i)
-		spread := map[*servers.Server]bool{}
+		spread := map[*harness.Server]bool{}
 		for _, k := range lockKeyNames(prefix, name, false) {
 			spread[owner(k)] = true
 		}
@@ -157,9 +158,9 @@ func TestClusterLockKeysShareASlot(t *testing.T) {
 	cc := newClusterClient(t, c, nil)
 	l := newLocker(t, cc, redislock.Options{Prefix: prefix})
 	for _, name := range names {
-		slot := servers.KeySlot(name)
+		slot := redisserver.KeySlot(name)
 		for _, k := range lockKeyNames(prefix, name, true) {
-			if s := servers.KeySlot(k); s != slot {
+			if s := redisserver.KeySlot(k); s != slot {
 				t.Fatalf("key %s in slot %d, the name %s in %d", k, s, name, slot)
 			}
 		}
@@ -209,7 +210,7 @@ func TestClusterLockKeysShareASlot(t *testing.T) {
 // slots would fail with CROSSSLOT); a prefix with a hash tag of its own
 // puts every lock in that tag's slot.
 func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, time.Minute)
 	cc := newClusterClient(t, c, nil)
 	use := func(l *redislock.Locker, name string) {
@@ -237,9 +238,9 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 	prefix := clusterPrefix()
 	l := newLocker(t, cc, redislock.Options{Prefix: prefix})
 	for _, name := range []string{"a}b", "{x}", "x{y}z", "{", "{}"} {
-		slot := servers.KeySlot(prefix + "{" + name + "}")
+		slot := redisserver.KeySlot(prefix + "{" + name + "}")
 		for _, k := range lockKeyNames(prefix, name, true) {
-			if s := servers.KeySlot(k); s != slot {
+			if s := redisserver.KeySlot(k); s != slot {
 				t.Errorf("name %q: key %s in slot %d, the lock in %d", name, k, s, slot)
 			}
 		}
@@ -259,7 +260,7 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 			t.Errorf("Sequencer.Current(%q) with prefix %q: %v, want ErrInvalidArgument", tc.name, tc.prefix, err)
 		}
 		// The same on one node works: every key is in the one node.
-		single := servers.Redis(t)
+		single := redisserver.Shared(t)
 		ls := newLocker(t, newClient(t, single.Addr), redislock.Options{Prefix: single.Prefix + tc.prefix})
 		lease, err := ls.Acquire(ctx, tc.name, time.Second)
 		if err != nil {
@@ -270,8 +271,8 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 	tagged := newLocker(t, cc, redislock.Options{Prefix: "fg:{all}:"})
 	for _, name := range []string{"lock-1", "lock-2", "lock-3"} {
 		for _, k := range lockKeyNames("fg:{all}:", name, true) {
-			if s := servers.KeySlot(k); s != servers.KeySlot("all") {
-				t.Errorf("prefix fg:{all}: key %s in slot %d, not the tag's %d", k, s, servers.KeySlot("all"))
+			if s := redisserver.KeySlot(k); s != redisserver.KeySlot("all") {
+				t.Errorf("prefix fg:{all}: key %s in slot %d, not the tag's %d", k, s, redisserver.KeySlot("all"))
 			}
 		}
 		use(tagged, name)
@@ -285,7 +286,7 @@ func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
 // the claim follows MOVED and ASK instead of failing.
 func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 	t.Parallel() // mostly waiting for cluster-node-timeout and elections
-	c := servers.NewRedisCluster(t, 3, 1)
+	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix := clusterPrefix()
 	cc := newClusterClient(t, c, nil)
@@ -300,7 +301,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 		t.Logf("%s: claim %d: %v", what, tok, err)
 		return err
 	}
-	replicaOf := func(m *servers.Server) *servers.Server {
+	replicaOf := func(m *harness.Server) *harness.Server {
 		t.Helper()
 		reps, err := c.Replicas(ctx, m)
 		if err != nil || len(reps) != 1 {
@@ -310,7 +311,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 	}
 	// paused runs fn with the given servers paused.
 	midway := false
-	paused := func(fn func() error, srvs ...*servers.Server) error {
+	paused := func(fn func() error, srvs ...*harness.Server) error {
 		t.Helper()
 		for _, s := range srvs {
 			if err := s.Pause(); err != nil {
@@ -333,9 +334,9 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 	}
 	// check: the claim is acknowledged with the replicas of the other
 	// masters paused, refused with m's replica paused.
-	check := func(what string, m *servers.Server) {
+	check := func(what string, m *harness.Server) {
 		t.Helper()
-		var others []*servers.Server
+		var others []*harness.Server
 		ms, _ := c.Masters(ctx)
 		for _, o := range ms {
 			if o != m {
@@ -373,7 +374,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 
 	// Resharding: the slot moves to another master; claims midway follow
 	// ASK to the target, whose replica must acknowledge them.
-	var to *servers.Server
+	var to *harness.Server
 	ms, _ := c.Masters(ctx)
 	for _, o := range ms {
 		if o != m2 {
@@ -381,7 +382,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 		}
 	}
 	toReplica := replicaOf(to)
-	err = c.Migrate(ctx, servers.KeySlot(key), to, servers.MigrateOptions{Midway: func(context.Context) error {
+	err = c.Migrate(ctx, redisserver.KeySlot(key), to, redisserver.MigrateOptions{Midway: func(context.Context) error {
 		midway = true
 		defer func() { midway = false }()
 		if err := claim("midway"); err != nil {
@@ -415,7 +416,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 // four keys in one EVAL through the ClusterClient get TRYAGAIN midway, after
 // go-redis's own retries.
 func TestClusterLockCallsWaitForMigration(t *testing.T) {
-	c := servers.NewRedisCluster(t, 2, 0)
+	c := redisserver.NewCluster(t, 2, 0)
 	// go-redis's defaults: it retries TRYAGAIN and follows ASK 3 times,
 	// within milliseconds; the migration stays midway for a second.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer()})
@@ -423,11 +424,11 @@ func TestClusterLockCallsWaitForMigration(t *testing.T) {
 	ctx := ctxFor(t, 40*time.Second)
 	prefix := clusterPrefix()
 	l := newLocker(t, cc, redislock.Options{Prefix: prefix})
-	slot := servers.KeySlot(prefix + "{A}")
+	slot := redisserver.KeySlot(prefix + "{A}")
 	// B and C: names in A's slot.
 	var same []string
 	for i := 0; len(same) < 2; i++ {
-		if n := fmt.Sprintf("n%d", i); servers.KeySlot(prefix+"{"+n+"}") == slot {
+		if n := fmt.Sprintf("n%d", i); redisserver.KeySlot(prefix+"{"+n+"}") == slot {
 			same = append(same, n)
 		}
 	}
@@ -465,7 +466,7 @@ func TestClusterLockCallsWaitForMigration(t *testing.T) {
 			done <- res{what, f()}
 		}()
 	}
-	err = c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(context.Context) error {
+	err = c.Migrate(ctx, slot, to, redisserver.MigrateOptions{Midway: func(context.Context) error {
 		base := prefix + "{" + nameC + "}"
 		err := cc.Eval(ctx, "return 1", []string{base, base + ":tok", base + ":q", base + ":qd"}).Err()
 		if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") && !strings.HasPrefix(err.Error(), "ASK ") {

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -21,7 +21,7 @@ import (
 // claimed. (It runs against the tests' own Redis; yours is your server.)
 func Example() {
 	ctx := context.Background()
-	srv := servers.ExampleRedis() // the tests' Redis, with a key prefix of its own
+	srv := redisserver.Example() // the tests' Redis, with a key prefix of its own
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 

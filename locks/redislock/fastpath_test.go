@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -20,7 +20,7 @@ import (
 // and a malformed counter or offset fails, granting nothing, with the
 // stored value left as it was.
 func TestAcquireFastPathEdges(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

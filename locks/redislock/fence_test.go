@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -23,7 +23,7 @@ import (
 // through the replica. Before the fix the replica's script saw its mark 5,
 // equal, wrote nothing and accepted.
 func TestFenceOnReplicaFailsClosed(t *testing.T) {
-	r := servers.NewRedisReplica(t, servers.NewRedis(t))
+	r := redisserver.NewReplica(t, redisserver.New(t))
 	ctx := ctxFor(t, time.Minute)
 	master := redislock.NewFence(newClient(t, r.Master.Addr()), redislock.FenceOptions{})
 	replica := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{})
@@ -108,7 +108,7 @@ func (h *history) claim(t *testing.T, f *redislock.Fence, where string, tok toke
 // replica is cut off, so no acknowledged claim is lost.
 func TestFenceFailover(t *testing.T) {
 	run := func(t *testing.T, replicas int) (*history, error) {
-		r := servers.NewRedisReplica(t, servers.NewRedis(t))
+		r := redisserver.NewReplica(t, redisserver.New(t))
 		master := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: replicas})
 		var h history
 		if err := h.claim(t, master, "on the master", 5); err != nil {
@@ -158,7 +158,7 @@ func TestFenceFailover(t *testing.T) {
 // With the replicas connected, claims wait for them and are accepted,
 // equal ones too; stale ones are refused.
 func TestFenceReplicasAcknowledge(t *testing.T) {
-	r := servers.NewRedisReplica(t, servers.NewRedis(t))
+	r := redisserver.NewReplica(t, redisserver.New(t))
 	ctx := ctxFor(t, time.Minute)
 	f := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: 1, Logger: discard})
 	replica := redislock.NewFence(newClient(t, r.Replica.Addr()), redislock.FenceOptions{})
@@ -193,7 +193,7 @@ func TestFenceReplicasAcknowledge(t *testing.T) {
 // Every reset is logged at Warn with the resource and both marks, through
 // the fence's logger; a claim writes no log.
 func TestFenceResetIsAudited(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -232,7 +232,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // A mark that holds something else than a token (written by hand) refuses
 // every claim and is left as it is; Reset replaces it.
 func TestFenceCorruptMark(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	c := newClient(t, db.Addr)
 	f := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix, Logger: discard})

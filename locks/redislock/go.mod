@@ -4,6 +4,8 @@ go 1.25
 
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness/redisserver v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.0.5
 	go.uber.org/goleak v1.3.0
 )
@@ -13,6 +15,8 @@ require (
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 )
 
-replace github.com/fenceguard/fenceguard => ../..
-
-replace github.com/fenceguard/fenceguard/harness => ../../harness
+replace (
+	github.com/fenceguard/fenceguard => ../..
+	github.com/fenceguard/fenceguard/harness => ../../harness
+	github.com/fenceguard/fenceguard/harness/redisserver => ../../harness/redisserver
+)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
@@ -204,7 +204,7 @@ type acquired struct {
 //
 // Before the fix, Acquire returned T1 while X held the lock, in every round.
 func TestStaleWakeUpIsNotAGrant(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	direct := newClient(t, db.Addr)
 	proxy := newHoldProxy(t, db.Addr)
@@ -297,7 +297,7 @@ func TestStaleWakeUpIsNotAGrant(t *testing.T) {
 // request, and an uncontended acquire is one request: the check of stale
 // wake-ups costs nothing on the normal paths.
 func TestHandOverRoundTrips(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	direct := newClient(t, db.Addr)
 	other := newLocker(t, direct, redislock.Options{Prefix: db.Prefix})

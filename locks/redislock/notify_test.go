@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 )
 
 // The notifier (internal/rnotify, here on go-redis) follows the channel's
@@ -16,7 +16,7 @@ import (
 // registration returns only once its own SUBSCRIBE is confirmed, and then
 // receives what is published.
 func TestNotifierRegisterAfterTheLastWaiterLeft(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
 	t.Cleanup(func() { c.Close() })
 	n := notifier(c)
@@ -64,7 +64,7 @@ func (r deadRouter) MasterForKey(context.Context, string) (*redis.Client, error)
 // does not fail the waiter: it subscribes through the Cluster client
 // instead, and hears the release.
 func TestMasterNotifierFallsBackWhenTheMasterIsGone(t *testing.T) {
-	c := servers.NewRedisCluster(t, 3, 0)
+	c := redisserver.NewCluster(t, 3, 0)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})

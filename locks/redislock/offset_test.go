@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 )
 
 // arithScript runs the scripts' decimal add and sub on pairs: ARGV holds
@@ -31,7 +31,7 @@ return out
 // sum of two tokens, up to 20 digits), with carries and borrows through
 // every digit.
 func TestDecimalAddSubExact(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -91,7 +91,7 @@ return {tok or '', why or '', v or ''}
 // counter, "counter:offset" ("counter" alone: none); a value that is not
 // that, with both numbers in 1..MaxToken, fails and is left as it was.
 func TestMintOffsetEdges(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 )
 
 // TestScriptCost measures the server's cost per call of the acquire and
@@ -30,7 +30,7 @@ import (
 func TestScriptCost(t *testing.T) {
 	addr, rounds, n := os.Getenv("FENCEGUARD_PERF_ADDR"), 5, 20000
 	if addr == "" {
-		addr, rounds, n = servers.NewRedis(t).Addr(), 1, 2000
+		addr, rounds, n = redisserver.New(t).Addr(), 1, 2000
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32})
 	defer c.Close()

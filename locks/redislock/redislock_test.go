@@ -14,7 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
@@ -26,8 +27,8 @@ import (
 // sleeps a second between tries and notices its client's Close only when
 // it wakes (the Unreachable conformance test leaves one behind).
 func TestMain(m *testing.M) {
-	servers.ExamplesNeed(servers.KindRedis)
-	servers.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	redisserver.ExamplesNeed()
+	harness.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -58,21 +59,21 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 func TestConformance(t *testing.T) {
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(t *testing.T) locks.Locker {
-			db := servers.Redis(t)
+			db := redisserver.Shared(t)
 			return newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 		},
 		// A client with go-redis's defaults (retries, timeouts), as a
 		// user's would be, through a proxy the test cuts.
 		Unreachable: func(t *testing.T) (locks.Locker, func()) {
-			db := servers.Redis(t)
-			p := servers.NewProxy(t, db.Addr)
+			db := redisserver.Shared(t)
+			p := harness.NewProxy(t, db.Addr)
 			c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			return newLocker(t, c, redislock.Options{Prefix: db.Prefix}), func() { _ = p.Cut() }
 		},
 		Blackholed: func(t *testing.T) (locks.Locker, func()) {
-			db := servers.Redis(t)
-			p := servers.NewProxy(t, db.Addr)
+			db := redisserver.Shared(t)
+			p := harness.NewProxy(t, db.Addr)
 			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
 			return newLocker(t, c, redislock.Options{Prefix: db.Prefix}), func() { _ = p.Blackhole() }
@@ -83,7 +84,7 @@ func TestConformance(t *testing.T) {
 // Redis restarted without persistence loses the counter; so does FLUSHALL.
 // The clock floor must keep the next token above every earlier one.
 func TestTokensSurviveLostCounters(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	c := newClient(t, srv.Addr())
 	l := newLocker(t, c, redislock.Options{})
 	ctx := ctxFor(t, time.Minute)
@@ -139,8 +140,8 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 // within the TTL; a holder elsewhere then gets a larger token, and the cut
 // holder's late release must not touch it.
 func TestConnectionCutLosesLease(t *testing.T) {
-	db := servers.Redis(t)
-	proxy := servers.NewProxy(t, db.Addr)
+	db := redisserver.Shared(t)
+	proxy := harness.NewProxy(t, db.Addr)
 	cutOff := newLocker(t, newClient(t, proxy.Addr()), redislock.Options{Prefix: db.Prefix})
 	other := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	const ttl = time.Second
@@ -191,7 +192,7 @@ func TestConnectionCutLosesLease(t *testing.T) {
 // may believe they hold the lock with one token, and the state must be
 // consistent: exactly one holder, whose renewals work.
 func TestServerPausedPastTTL(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	const ttl = 500 * time.Millisecond
 	la := newLocker(t, newClient(t, srv.Addr()), redislock.Options{})
 	lb := newLocker(t, newClient(t, srv.Addr()), redislock.Options{})
@@ -249,7 +250,7 @@ func TestServerPausedPastTTL(t *testing.T) {
 
 // Waiters are served in the order they queued, across lockers (processes).
 func TestWaitersServedInArrivalOrder(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
 	holder := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -295,7 +296,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // A waiter that dies in the queue (no heartbeat, no abandon) may hold up the
 // others for at most WaiterTTL.
 func TestDeadWaiterDoesNotBlockQueue(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
 	const waiterTTL = 300 * time.Millisecond
@@ -331,7 +332,7 @@ func TestDeadWaiterDoesNotBlockQueue(t *testing.T) {
 // Idle keys do not pile up: after release nothing but the counter and its
 // heal offset remain, and both expire after CounterIdle.
 func TestIdleKeysExpire(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
 	const idle = 4 * time.Second
@@ -360,7 +361,7 @@ func TestIdleKeysExpire(t *testing.T) {
 }
 
 func TestHeal(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
 	lease, err := l.Acquire(ctx, "k", time.Second)
@@ -394,7 +395,7 @@ func TestHeal(t *testing.T) {
 }
 
 func TestIssuedBoundsGrantedTokens(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
 	before, err := l.Issued(ctx, "k")
@@ -423,7 +424,7 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 // neighbours apart; the script compares strings).
 func TestFenceConformance(t *testing.T) {
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
-		db := servers.Redis(t)
+		db := redisserver.Shared(t)
 		f := redislock.NewFence(newClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix, Check: check, Logger: discard})
 		return fencetest.Subject{Fence: f, HighWater: f.HighWater}
 	})
@@ -434,7 +435,7 @@ func TestFenceConformance(t *testing.T) {
 // be refused if its token is lower: the accepted tokens form a monotone
 // sequence in real time. The final mark is the largest token presented.
 func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	type claim struct {
 		start, end time.Time
@@ -495,7 +496,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func TestClosedLocker(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
 	held, err := l.Acquire(ctx, "k", 30*time.Second)

@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
@@ -18,7 +19,7 @@ import (
 
 // failoverClient is a go-redis Sentinel client of r's primary. Its reads
 // outlast a fence's WAIT (ReplicaTimeout 1s).
-func failoverClient(t testing.TB, r *servers.RedisSentinel) *redis.Client {
+func failoverClient(t testing.TB, r *redisserver.Sentinel) *redis.Client {
 	t.Helper()
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    r.MasterName(),
@@ -54,7 +55,7 @@ func retry[T any](ctx context.Context, op func() (T, error)) (T, error) {
 // give it, which no proxy of the test is in front of.)
 func TestSentinelConformance(t *testing.T) {
 	t.Parallel()
-	r := servers.NewRedisSentinel(t)
+	r := redisserver.NewSentinel(t)
 	n := 0
 	prefixes := map[locks.Locker]string{}
 	lockstest.Run(t, lockstest.Config{
@@ -80,7 +81,7 @@ func TestSentinelConformance(t *testing.T) {
 // lock), and the next grant's token is above it.
 func TestSentinelFailoverKeepsReplicatedLease(t *testing.T) {
 	t.Parallel()
-	r := servers.NewRedisSentinel(t)
+	r := redisserver.NewSentinel(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	la := newLocker(t, failoverClient(t, r), redislock.Options{})
 	lb := newLocker(t, failoverClient(t, r), redislock.Options{})
@@ -96,7 +97,7 @@ func TestSentinelFailoverKeepsReplicatedLease(t *testing.T) {
 		if how == "SENTINEL FAILOVER" {
 			_, err = r.Failover(ctx)
 		} else {
-			var killed *servers.Server
+			var killed *harness.Server
 			killed, _, err = r.KillPrimary(ctx)
 			if err == nil {
 				defer killed.Start(false)
@@ -138,7 +139,7 @@ func TestSentinelFailoverKeepsReplicatedLease(t *testing.T) {
 // stale holder learns it lost at its next renewal.
 func TestSentinelLostLockWriteFenced(t *testing.T) {
 	t.Parallel()
-	r := servers.NewRedisSentinel(t)
+	r := redisserver.NewSentinel(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	la := newLocker(t, failoverClient(t, r), redislock.Options{})
 	lb := newLocker(t, failoverClient(t, r), redislock.Options{})
@@ -209,7 +210,7 @@ func TestSentinelLostLockWriteFenced(t *testing.T) {
 func TestSentinelFenceReplicas(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, replicas int) (*history, error) {
-		r := servers.NewRedisSentinel(t)
+		r := redisserver.NewSentinel(t)
 		ctx := ctxFor(t, 2*time.Minute)
 		f := redislock.NewFence(failoverClient(t, r), redislock.FenceOptions{Replicas: replicas, Logger: discard})
 		var h history

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -17,7 +17,7 @@ import (
 // answers never go down — across hand-overs, expiry, FLUSHALL, a restart
 // without persistence, and a heal below the clock.
 func TestSequencerNeverDecreases(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	c := newClient(t, srv.Addr())
 	l := newLocker(t, c, redislock.Options{})
 	w := newLocker(t, newClient(t, srv.Addr()), redislock.Options{})
@@ -160,7 +160,7 @@ func TestSequencerNeverDecreases(t *testing.T) {
 // Issued, admits tokens above H's (it is the clock), so a forger could lock
 // H out.
 func TestSequencerCheckRefusesForgery(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
 	lockers := make([]*redislock.Locker, 3)
@@ -227,7 +227,7 @@ func TestSequencerCheckRefusesForgery(t *testing.T) {
 }
 
 func TestSequencerBadInput(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	if _, err := redislock.NewSequencer(newClient(t, db.Addr), db.Prefix).Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Errorf("Current of the empty key = %v, want ErrInvalidArgument", err)
@@ -248,8 +248,8 @@ func TestSequencerBadInput(t *testing.T) {
 // (the lock looks free there), above the holder's token — a forged token
 // in between would pass token.SequencerCheck and lock the holder out.
 func TestSequencerRefusesReplica(t *testing.T) {
-	srv := servers.NewRedis(t)
-	rep := servers.NewRedisReplica(t, srv)
+	srv := redisserver.New(t)
+	rep := redisserver.NewReplica(t, srv)
 	ctx := ctxFor(t, 30*time.Second)
 	cm := newClient(t, srv.Addr())
 	cr := newClient(t, rep.Replica.Addr())

@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
@@ -34,8 +35,8 @@ func TestGuardAcquireWithRedisDown(t *testing.T) {
 		{"no client retries", noRetries(redis.Options{MaxRetries: -1}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := servers.Redis(t)
-			p := servers.NewProxy(t, db.Addr)
+			db := redisserver.Shared(t)
+			p := harness.NewProxy(t, db.Addr)
 			o := tc.o
 			o.Addr = p.Addr()
 			c := redis.NewClient(&o)
@@ -66,7 +67,7 @@ func TestGuardAcquireWithRedisDown(t *testing.T) {
 }
 
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	if l.MinTTL() != time.Millisecond {
 		t.Fatalf("MinTTL = %v, want 1ms", l.MinTTL())
@@ -96,7 +97,7 @@ func noRetries(o redis.Options) redis.Options {
 // ContextTimeoutEnabled, as the package doc asks (without it the calls run
 // into DialTimeout, 5s).
 func TestCallsCutShortMatchTheDeadline(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	l := newLocker(t, c, redislock.Options{})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -113,7 +113,7 @@ func healedGrants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *
 // exactly, with a chosen clock, in TestMintOffsetEdges and
 // TestDecimalAddSubExact.)
 func TestTokensExactPast2To53(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	a := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	b := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
@@ -129,7 +129,7 @@ func TestTokensExactPast2To53(t *testing.T) {
 // nothing granted or queued; Heal refuses the ceiling. Deleting the
 // counter and its offset is the way back.
 func TestTokenCeiling(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	a := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	b := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
@@ -208,7 +208,7 @@ func TestTokenCeiling(t *testing.T) {
 // never read as a number: acquires fail with an error and grant nothing;
 // Heal, Issued and Current fail too.
 func TestCorruptCounterFailsClosed(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
@@ -239,7 +239,7 @@ func TestCorruptCounterFailsClosed(t *testing.T) {
 // another token (a later grant to the same waiting Acquire) neither
 // extends nor frees it.
 func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
@@ -282,7 +282,7 @@ func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
 // Healed to MaxHeal, the very next grant is refused; Issued and Current
 // stay at MaxToken; deleting the counter and the offset is the way back.
 func TestHealOffsetCeiling(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
@@ -344,7 +344,7 @@ func TestHealOffsetCeiling(t *testing.T) {
 // package did before offsets, or by an old client) — the second grant
 // repeats the lost grant's token, and a fence admits both holders.
 func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
@@ -19,7 +19,7 @@ import (
 // without package ctxerr the quorum error carried only i/o timeouts. Many
 // rounds, since that race is what is tested.
 func TestCallsCutShortMatchTheDeadline(t *testing.T) {
-	srvs := servers.NewRedisN(t, 3)
+	srvs := redisserver.NewN(t, 3)
 	var cs []redlock.Client
 	for _, s := range srvs {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})

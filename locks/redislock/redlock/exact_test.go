@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -23,7 +23,7 @@ func sharedNodes(t *testing.T) ([]redlock.Client, []*redis.Client, string) {
 	var cs []redlock.Client
 	var raws []*redis.Client
 	var prefix string
-	for _, db := range servers.RedisN(t, 5) {
+	for _, db := range redisserver.SharedN(t, 5) {
 		c := redis.NewClient(redlock.OneDial(redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second}))
 		t.Cleanup(func() { _ = c.Close() })
 		cs, raws, prefix = append(cs, c), append(raws, c), db.Prefix

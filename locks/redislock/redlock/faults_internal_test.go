@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -157,7 +157,7 @@ func (n testNodes) set(s *redis.Script, mk func(node int) *rule, idx ...int) {
 func nodesFor(t *testing.T) testNodes {
 	t.Helper()
 	var n testNodes
-	for i, db := range servers.RedisN(t, 5) {
+	for i, db := range redisserver.SharedN(t, 5) {
 		c := redis.NewClient(OneDial(redis.Options{Addr: db.Addr, MaxRetries: -1, DialTimeout: time.Second}))
 		t.Cleanup(func() { _ = c.Close() })
 		n.plain, n.raw, n.prefix = append(n.plain, c), append(n.raw, c), db.Prefix

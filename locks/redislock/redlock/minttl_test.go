@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	l := newLocker(t, clients(t, []string{db.Addr}), redlock.Options{Prefix: db.Prefix})
 	if l.MinTTL() != 10*time.Millisecond {
 		t.Fatalf("MinTTL = %v, want 10ms", l.MinTTL())

@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/lockstest"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	// go-redis probes a node whose dials keep failing from a goroutine that
 	// sleeps a second between probes and ends at its next wake-up after the
 	// client closed: not ours, and not a leak.
-	servers.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	harness.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 type quiet struct{}
@@ -67,7 +68,7 @@ func TestConformance(t *testing.T) {
 		NewLocker: func(t *testing.T) locks.Locker {
 			var addrs []string
 			var prefix string
-			for _, db := range servers.RedisN(t, 5) {
+			for _, db := range redisserver.SharedN(t, 5) {
 				addrs, prefix = append(addrs, db.Addr), db.Prefix
 			}
 			return newLocker(t, clients(t, addrs), redlock.Options{Prefix: prefix})
@@ -76,10 +77,10 @@ func TestConformance(t *testing.T) {
 		// user's would be, through proxies the test cuts.
 		Unreachable: func(t *testing.T) (locks.Locker, func()) {
 			var cs []redlock.Client
-			var ps []*servers.Proxy
+			var ps []*harness.Proxy
 			var prefix string
-			for _, db := range servers.RedisN(t, 3) {
-				p := servers.NewProxy(t, db.Addr)
+			for _, db := range redisserver.SharedN(t, 3) {
+				p := harness.NewProxy(t, db.Addr)
 				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 				t.Cleanup(func() { _ = c.Close() })
 				cs, ps, prefix = append(cs, c), append(ps, p), db.Prefix
@@ -92,10 +93,10 @@ func TestConformance(t *testing.T) {
 		},
 		Blackholed: func(t *testing.T) (locks.Locker, func()) {
 			var cs []redlock.Client
-			var ps []*servers.Proxy
+			var ps []*harness.Proxy
 			var prefix string
-			for _, db := range servers.RedisN(t, 3) {
-				p := servers.NewProxy(t, db.Addr)
+			for _, db := range redisserver.SharedN(t, 3) {
+				p := harness.NewProxy(t, db.Addr)
 				c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 				t.Cleanup(func() { _ = c.Close() })
 				cs, ps, prefix = append(cs, c), append(ps, p), db.Prefix
@@ -109,8 +110,8 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func dedicated(t *testing.T, n int) ([]*servers.Server, []redlock.Client) {
-	srvs := servers.NewRedisN(t, n)
+func dedicated(t *testing.T, n int) ([]*harness.Server, []redlock.Client) {
+	srvs := redisserver.NewN(t, n)
 	var addrs []string
 	for _, s := range srvs {
 		addrs = append(addrs, s.Addr())
@@ -230,7 +231,7 @@ func TestTokensMonotonicUnderNodeRestarts(t *testing.T) {
 func TestIssuedAndHeal(t *testing.T) {
 	var addrs []string
 	var prefix string
-	for _, db := range servers.RedisN(t, 5) {
+	for _, db := range redisserver.SharedN(t, 5) {
 		addrs, prefix = append(addrs, db.Addr), db.Prefix
 	}
 	l := newLocker(t, clients(t, addrs), redlock.Options{Prefix: prefix})

@@ -8,14 +8,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 )
 
 // The scripts' decimal helpers, run by a real Redis, agree with Go's
 // uint64 comparison where doubles do not: around 2^53, at the 9- and
 // 10-digit split of gt, and at the ceiling.
 func TestScriptDecimals(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
 	defer c.Close()
 	ctx := context.Background()
@@ -58,7 +58,7 @@ func TestScriptDecimals(t *testing.T) {
 // 1 − now when v > now + 1, else 0, across digit-count changes, 2^53 and
 // the ceiling.
 func TestScriptLead(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
 	defer c.Close()
 	ctx := context.Background()
