@@ -10,14 +10,14 @@
 // The suite checks mutual exclusion, a single winner among concurrent
 // try-acquires, strictly increasing tokens, what happens to a lease that
 // expired behind its holder's back, wake-up on release, prompt and clean
-// cancellation, independence of keys and, with [Config.NewSequencer], that
-// the backend's [token.Sequencer] answers the current grant's token, and,
-// with [Config.Unreachable] and [Config.Blackholed], that every call
+// cancellation, independence of keys, and an acquire after the locker's
+// Close failing with [locks.ErrClosed]. With [Config.NewSequencer] it
+// checks that the backend's [token.Sequencer] answers the current grant's
+// token; with [Config.Unreachable] and [Config.Blackholed], that every call
 // returns by its context's deadline while the lock service is unreachable
-// or answers nothing, saying so. Each subtest uses keys of
-// its own,
-// so lockers may share one server with other tests. Subtests run one after
-// another: several measure latency and must not compete for the CPU.
+// or answers nothing. Each subtest uses keys of its own, so lockers may
+// share one server with other tests. Subtests run one after another:
+// several measure latency and must not compete for the CPU.
 package lockstest
 
 import (
@@ -144,6 +144,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelWhileWaiting", s.cancelWhileWaiting},
 		{"CancelledBeforeAcquire", s.cancelledBefore},
 		{"KeysIndependent", s.keysIndependent},
+		{"AcquireAfterClose", s.acquireAfterClose},
 		{"Sequencer", s.sequencer},
 		{"Unreachable", func(t *testing.T) { s.unreachable(t, "Unreachable", s.cfg.Unreachable, false) }},
 		{"Blackholed", func(t *testing.T) { s.unreachable(t, "Blackholed", s.cfg.Blackholed, true) }},
@@ -578,6 +579,36 @@ func (s *suite) keysIndependent(t *testing.T) {
 	}
 	assertHeld(t, ctx, l, b)
 	mustRelease(t, ctx, lb)
+}
+
+// A locker with a Close method fails an acquire after Close with an error
+// matching [locks.ErrClosed], at once, rather than leaving it to wait out
+// its context. The key is held, so the acquire cannot succeed on a fast
+// path that never looks at the locker's state.
+func (s *suite) acquireAfterClose(t *testing.T) {
+	l := s.locker(t)
+	c, ok := l.(interface{ Close() error })
+	if !ok {
+		t.Skip("the locker has no Close method")
+	}
+	ctx, k := ctxFor(t, time.Minute), key(t, "k")
+	lease := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	// Closing may end the locker's leases (a ZooKeeper session's do): the
+	// release is best effort.
+	defer func() { _ = lease.Release(ctx) }()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, DeadlineCall)
+	defer cancel()
+	start := time.Now()
+	got, err := l.Acquire(actx, k, s.cfg.LongTTL)
+	if got != nil {
+		_ = got.Release(ctx)
+	}
+	if !errors.Is(err, locks.ErrClosed) {
+		t.Fatalf("Acquire after Close: %v (after %v), want an error matching locks.ErrClosed", err, time.Since(start))
+	}
 }
 
 // The sequencer answers the token of the current grant: the holder's

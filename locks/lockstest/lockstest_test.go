@@ -35,6 +35,7 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 		"slow-cancel":           "CancelWhileWaiting",
 		"leaky-cancel":          "CancelWhileWaiting",
 		"issued-sequencer":      "Sequencer",
+		"close-ignored":         "AcquireAfterClose",
 	} {
 		t.Run(variant, func(t *testing.T) {
 			run := "^TestBroken$/^" + variant + "$/^" + mustFail + "$"
@@ -64,6 +65,7 @@ func TestBroken(t *testing.T) {
 		"slow-cancel":           func() locks.Locker { return &wrapped{Locker: memlock.New(), cancelDelay: 300 * time.Millisecond} },
 		"leaky-cancel":          func() locks.Locker { return &wrapped{Locker: memlock.New(), keepAbandoned: true} },
 		"issued-sequencer":      func() locks.Locker { return memlock.New() },
+		"close-ignored":         func() locks.Locker { return closeIgnored{memlock.New()} },
 	}
 	for name, mk := range variants {
 		t.Run(name, func(t *testing.T) {
@@ -173,3 +175,9 @@ func (l *wrappedLease) Release(ctx context.Context) error {
 	}
 	return l.Lease.Release(ctx)
 }
+
+// closeIgnored has a Close that does nothing: an acquire after it waits
+// for the lock as if the locker were open.
+type closeIgnored struct{ *memlock.Locker }
+
+func (closeIgnored) Close() error { return nil }
