@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -198,7 +198,7 @@ func burst(b *testing.B, m benchMode, clients, rows int, d time.Duration) (int64
 // benchPool returns a pool of 8 connections to a fresh database with
 // fence_tokens and items 1–8 (a stock that does not run out).
 func benchPool(b *testing.B) *pgxpool.Pool {
-	pg := servers.Postgres(b)
+	pg := pgserver.Shared(b)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
@@ -20,7 +20,7 @@ import (
 // exampleDB connects to a fresh database of the tests' own PostgreSQL
 // (yours is your DSN) with an items table of one row, sku 42, stock 1.
 func exampleDB(ctx context.Context) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, servers.ExamplePostgres().DSN)
+	pool, err := pgxpool.New(ctx, pgserver.Example().DSN)
 	if err != nil {
 		log.Fatal(err)
 	}

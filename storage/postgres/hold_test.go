@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -100,7 +100,7 @@ func TestTxFrozenHolder(t *testing.T) {
 		{"claim with the first statement, deadline", holdConfig{Lazy: true, Deadline: 2 * time.Second}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pg := servers.Postgres(t)
+			pg := pgserver.Shared(t)
 			pool := poolIn(t, pg.DSN, "UTC")
 			ctx := ctxFor(t, 2*time.Minute)
 			if err := postgres.Migrate(ctx, pool); err != nil {
@@ -269,7 +269,7 @@ func (h *holder) wait(t *testing.T) {
 // a tighter setting of the session's, and leaves the caller's own
 // transaction (a nested Tx) alone.
 func TestTxHoldSetting(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	pool := poolIn(t, pg.DSN, "UTC")
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {

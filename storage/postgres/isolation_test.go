@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -25,7 +25,7 @@ var isolationLevels = []string{"repeatable read", "serializable"}
 // caller sets it (default_transaction_isolation on the connection).
 func isoSetup(t *testing.T, level string) (*pgxpool.Pool, *postgres.Table) {
 	t.Helper()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 )
 
@@ -21,8 +22,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(holdChildEnv) != "" { // a frozen holder of TestTxFrozenHolder
 		os.Exit(holdChild())
 	}
-	servers.ExamplesNeed(servers.KindPostgres)
-	servers.Main(m)
+	pgserver.ExamplesNeed()
+	harness.Main(m)
 }
 
 // discard is a logger for tests that do not look at the audit records.
@@ -38,7 +39,7 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // newPool connects to a fresh database of the test's own.
 func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)

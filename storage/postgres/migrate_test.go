@@ -13,14 +13,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 )
 
 // Several instances migrating at once, each on its own connection, on a
 // database where nothing exists yet: all succeed, once each table.
 func TestMigrateConcurrent(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	custom, err := postgres.NewTokens(postgres.TokensOptions{Name: pgx.Identifier{"fencing", "marks"}})
 	if err != nil {

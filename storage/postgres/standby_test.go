@@ -17,18 +17,19 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
 
 // startStandby makes a hot standby of primary (pg_basebackup with -R)
 // and starts it on a free port; it is stopped when the test ends.
-func startStandby(t *testing.T, primary *servers.Server) (dsn string, exited <-chan struct{}) {
+func startStandby(t *testing.T, primary *harness.Server) (dsn string, exited <-chan struct{}) {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_basebackup")
 	if len(bins) == 0 {
-		if os.Getenv(servers.EnvRequireServers) == "1" {
+		if os.Getenv(harness.EnvRequireServers) == "1" {
 			t.Fatal("no pg_basebackup in /usr/lib/postgresql/*/bin")
 		}
 		t.Skip("no pg_basebackup in /usr/lib/postgresql/*/bin: install the Debian package postgresql")
@@ -122,9 +123,9 @@ func eventually(t *testing.T, what string, f func() error) {
 // marks, replicated, to reads — every path fails with the server's
 // read-only error instead of accepting the token the mark already holds.
 func TestHotStandbyFailsClosed(t *testing.T) {
-	primary := servers.NewPostgres(t)
+	primary := pgserver.New(t)
 	ctx := ctxFor(t, 2*time.Minute)
-	pp, err := pgxpool.New(ctx, primary.DSN())
+	pp, err := pgxpool.New(ctx, pgserver.DSN(primary))
 	if err != nil {
 		t.Fatal(err)
 	}

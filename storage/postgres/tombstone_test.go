@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 )
 
@@ -50,7 +50,7 @@ type keyCase struct {
 // anything is written, and the types that are accepted refuse the stale
 // re-creation.
 func TestTombstoneKeyTypes(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	utc, tokyo := poolIn(t, pg.DSN, "UTC"), poolIn(t, pg.DSN, "Asia/Tokyo")
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := postgres.Migrate(ctx, utc); err != nil {
