@@ -28,8 +28,8 @@
 //
 // Every call returns by its context's deadline, also with the lock service
 // unreachable; a backend's clean-up after a failed acquire may go on in the
-// background, bounded, and its Close waits for it (lockstest's Unreachable
-// subtest checks this). Lockers with a minimum TTL implement [MinTTLer], so
+// background, bounded, and its Close waits for it (package lockstest holds
+// every backend to this). Lockers with a minimum TTL implement [MinTTLer], so
 // that package guard refuses a shorter TTL when it is built. Leases that
 // wrap another have a method Unwrap() Lease; [LeaseAs] finds a backend's own
 // lease type through them.

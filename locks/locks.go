@@ -134,7 +134,8 @@ func CheckArgs(key string, ttl, minTTL time.Duration) error {
 	return nil
 }
 
-// NotHeldError returns an error wrapping ErrNotHeld that names the lease.
+// NotHeldError returns an error wrapping ErrNotHeld that names the lease,
+// for backends' Renew and Release.
 func NotHeldError(op, key string, t token.Token) error {
 	return fmt.Errorf("%s %q (token %d): %w", op, key, t, ErrNotHeld)
 }

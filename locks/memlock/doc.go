@@ -41,14 +41,9 @@
 //
 // Waiters are served first come, first served: a release hands the lock to
 // the longest-waiting acquirer directly, and waiters also wake when the
-// holder's lease expires. A cancelled waiter leaves the queue.
-//
-// A hand-over is checked when the waiter takes it, under the Locker's
-// mutex: a waiter that was handed the lock but not scheduled until that
-// grant had run out (and the lock had moved on) does not return the dead
-// grant — it queues again, as a new arrival. A waiter that gives up while
-// a grant sits in its channel releases it only if it still holds the
-// lock, so no hand-over ever makes a second holder.
+// holder's lease expires. A cancelled waiter leaves the queue. A waiter
+// scheduled only after the grant handed to it ran out queues again rather
+// than return it, so no hand-over makes a second holder.
 //
 // # Memory
 //
