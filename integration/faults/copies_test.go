@@ -145,7 +145,7 @@ func (s *pgColumnStore) write(ctx context.Context, item string, t token.Token, s
 	if !s.fenced {
 		return plainWrite(ctx, s.db, pgTables[s.copy], item, t, stock, val)
 	}
-	var set []postgres.Assignment
+	var set []postgres.Clause
 	if stock != nil {
 		set = append(set, postgres.Set("stock", *stock))
 	}

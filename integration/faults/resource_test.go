@@ -339,7 +339,7 @@ func (h *pgHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if h.table != nil {
-			var set []postgres.Assignment
+			var set []postgres.Clause
 			if body.Stock != nil {
 				set = append(set, postgres.Set("stock", *body.Stock))
 			}

@@ -38,7 +38,7 @@ type Expression struct {
 // single quotes are fine; values belong in args.
 func Expr(sql string, args ...any) Expression { return Expression{sql, args} }
 
-// Kinds of [Assignment].
+// Kinds of [Clause].
 const (
 	clauseValue = iota // column = $n
 	clauseExpr         // column = (sql)
@@ -49,8 +49,8 @@ const (
 // Add adds delta to column, in the statement: Add("stock", -1) is
 // "stock" = "stock" + $n. delta is a query parameter, and it takes the
 // column's type.
-func Add(column string, delta any) Assignment {
-	return Assignment{kind: clauseAdd, column: column, value: delta}
+func Add(column string, delta any) Clause {
+	return Clause{kind: clauseAdd, column: column, value: delta}
 }
 
 // Where adds a condition to [Table.Update], next to the token check, in
@@ -66,8 +66,8 @@ func Add(column string, delta any) Assignment {
 // input; its arguments are values, sent as query parameters. The same
 // rules apply ($1 … $len(args), one expression), and several Where
 // clauses are joined with AND.
-func Where(cond string, args ...any) Assignment {
-	return Assignment{kind: clauseWhere, value: Expression{cond, args}}
+func Where(cond string, args ...any) Clause {
+	return Clause{kind: clauseWhere, value: Expression{cond, args}}
 }
 
 // ErrCondition is what every [*ConditionError] unwraps to.
@@ -237,7 +237,7 @@ type span struct {
 // exprShape returns the statement texts for set, building and caching
 // them on first use. Only valid fragments are cached: a cached shape means
 // set's fragments passed [fragment].
-func (tb *Table) exprShape(set []Assignment) (*exprShape, error) {
+func (tb *Table) exprShape(set []Clause) (*exprShape, error) {
 	var k []byte
 	for _, a := range set {
 		k = append(append(append(k, byte('0'+a.kind)), a.column...), 0)
@@ -264,7 +264,7 @@ func (tb *Table) exprShape(set []Assignment) (*exprShape, error) {
 	return x, nil
 }
 
-func (tb *Table) buildExpr(set []Assignment) (*exprShape, error) {
+func (tb *Table) buildExpr(set []Clause) (*exprShape, error) {
 	x := &exprShape{}
 	var b, where, miss strings.Builder
 	b.WriteString(`UPDATE ` + tb.tbl + ` SET ` + tb.tok + ` = $1::bigint`)
@@ -347,7 +347,7 @@ func checkArgs(e Expression) error {
 }
 
 // exprArgs returns the arguments of x.update.
-func exprArgs(set []Assignment, v int64, key any) []any {
+func exprArgs(set []Clause, v int64, key any) []any {
 	update := make([]any, 2, 2+len(set))
 	update[0], update[1] = v, key
 	for _, a := range set {
@@ -362,7 +362,7 @@ func exprArgs(set []Assignment, v int64, key any) []any {
 }
 
 // missArgs returns the arguments of x.miss.
-func missArgs(set []Assignment, v int64, key any) []any {
+func missArgs(set []Clause, v int64, key any) []any {
 	miss := []any{v, key}
 	for _, a := range set {
 		if a.kind == clauseWhere {
@@ -390,7 +390,7 @@ func missArgs(set []Assignment, v int64, key any) []any {
 // delete — and then, as in [Table.claim], the row is read with a fresh
 // snapshot: no row, a higher mark (stale), or — the conditions hold now,
 // or the row was re-created lower — the Update runs again.
-func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Assignment, key any, resource string, t token.Token, v int64) error {
+func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Clause, key any, resource string, t token.Token, v int64) error {
 	args := exprArgs(set, v, key)
 	if x.miss == "" {
 		found, err := tb.claim(ctx, db, "update", x.update, args, resource, t, nil, x)

@@ -274,44 +274,44 @@ func TestUpdateExprHostileInput(t *testing.T) {
 	before := dump(t, pool, "items", "fence_tokens")
 	for _, c := range []struct {
 		name string
-		set  []postgres.Assignment
+		set  []postgres.Clause
 		want error
 	}{
 		// Column names are quoted: a name that tries to break out names a
 		// column that does not exist.
-		{"column name injection", []postgres.Assignment{postgres.Set(`stock" = 0, fence_token = 0 --`, 1)}, postgres.ErrSchema},
-		{"Add column injection", []postgres.Assignment{postgres.Add(`stock" = 0; --`, 1)}, postgres.ErrSchema},
-		{"Expr column injection", []postgres.Assignment{postgres.Set(`note" = 'x', "stock`, postgres.Expr("$1", 1))}, postgres.ErrSchema},
-		{"NUL in a column name", []postgres.Assignment{postgres.Add("sto\x00ck", 1)}, postgres.ErrBadInput},
-		{"Add to the token column", []postgres.Assignment{postgres.Add("fence_token", -100)}, postgres.ErrBadInput},
-		{"Expr to the key column", []postgres.Assignment{postgres.Set("id", postgres.Expr("id + $1", 1))}, postgres.ErrBadInput},
+		{"column name injection", []postgres.Clause{postgres.Set(`stock" = 0, fence_token = 0 --`, 1)}, postgres.ErrSchema},
+		{"Add column injection", []postgres.Clause{postgres.Add(`stock" = 0; --`, 1)}, postgres.ErrSchema},
+		{"Expr column injection", []postgres.Clause{postgres.Set(`note" = 'x', "stock`, postgres.Expr("$1", 1))}, postgres.ErrSchema},
+		{"NUL in a column name", []postgres.Clause{postgres.Add("sto\x00ck", 1)}, postgres.ErrBadInput},
+		{"Add to the token column", []postgres.Clause{postgres.Add("fence_token", -100)}, postgres.ErrBadInput},
+		{"Expr to the key column", []postgres.Clause{postgres.Set("id", postgres.Expr("id + $1", 1))}, postgres.ErrBadInput},
 		// Fragments are the program's SQL, but one that could leave its
 		// parentheses — and escape the token check — is refused.
-		{"fragment closes its parenthesis", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > 0) OR (true")}, postgres.ErrBadInput},
-		{"fragment opens a parenthesis", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("(stock > 0")}, postgres.ErrBadInput},
-		{"fragment with a semicolon", []postgres.Assignment{postgres.Set("stock", postgres.Expr("0; DELETE FROM items"))}, postgres.ErrBadInput},
-		{"fragment with a line comment", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > 0 --")}, postgres.ErrBadInput},
-		{"fragment with a block comment", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > 0 /* x */")}, postgres.ErrBadInput},
-		{"fragment with an unterminated string", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("note = 'x")}, postgres.ErrBadInput},
-		{"fragment with an unterminated identifier", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`"note = 'x'`)}, postgres.ErrBadInput},
-		{"fragment with a backslash", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note = E'\') OR (true'`)}, postgres.ErrBadInput},
-		{"fragment with a backslash in a string", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note <> 'a\b'`)}, postgres.ErrBadInput},
-		{"fragment with dollar quoting", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(`note = $q$) OR (true$q$`)}, postgres.ErrBadInput},
-		{"fragment with $ in a word", []postgres.Assignment{postgres.Set("stock", postgres.Expr("1$1", 1))}, postgres.ErrBadInput},
-		{"fragment with a NUL", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > 0\x00")}, postgres.ErrBadInput},
-		{"empty fragment", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where(" ")}, postgres.ErrBadInput},
-		{"placeholder beyond the arguments", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > $2", 1)}, postgres.ErrBadInput},
-		{"placeholder $0", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stock > $0", 1)}, postgres.ErrBadInput},
-		{"argument not used", []postgres.Assignment{postgres.Set("stock", postgres.Expr("stock - $1", 1, 2))}, postgres.ErrBadInput},
-		{"token placeholder without arguments", []postgres.Assignment{postgres.Set("stock", postgres.Expr("$1"))}, postgres.ErrBadInput},
-		{"an Expression as an argument", []postgres.Assignment{postgres.Set("stock", postgres.Expr("$1", postgres.Expr("0")))}, postgres.ErrBadInput},
-		{"a condition only", []postgres.Assignment{postgres.Where("stock > 0")}, postgres.ErrBadInput},
-		{"column twice", []postgres.Assignment{postgres.Add("stock", 1), postgres.Set("stock", 1)}, postgres.ErrBadInput},
+		{"fragment closes its parenthesis", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > 0) OR (true")}, postgres.ErrBadInput},
+		{"fragment opens a parenthesis", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("(stock > 0")}, postgres.ErrBadInput},
+		{"fragment with a semicolon", []postgres.Clause{postgres.Set("stock", postgres.Expr("0; DELETE FROM items"))}, postgres.ErrBadInput},
+		{"fragment with a line comment", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > 0 --")}, postgres.ErrBadInput},
+		{"fragment with a block comment", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > 0 /* x */")}, postgres.ErrBadInput},
+		{"fragment with an unterminated string", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("note = 'x")}, postgres.ErrBadInput},
+		{"fragment with an unterminated identifier", []postgres.Clause{postgres.Add("stock", -1), postgres.Where(`"note = 'x'`)}, postgres.ErrBadInput},
+		{"fragment with a backslash", []postgres.Clause{postgres.Add("stock", -1), postgres.Where(`note = E'\') OR (true'`)}, postgres.ErrBadInput},
+		{"fragment with a backslash in a string", []postgres.Clause{postgres.Add("stock", -1), postgres.Where(`note <> 'a\b'`)}, postgres.ErrBadInput},
+		{"fragment with dollar quoting", []postgres.Clause{postgres.Add("stock", -1), postgres.Where(`note = $q$) OR (true$q$`)}, postgres.ErrBadInput},
+		{"fragment with $ in a word", []postgres.Clause{postgres.Set("stock", postgres.Expr("1$1", 1))}, postgres.ErrBadInput},
+		{"fragment with a NUL", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > 0\x00")}, postgres.ErrBadInput},
+		{"empty fragment", []postgres.Clause{postgres.Add("stock", -1), postgres.Where(" ")}, postgres.ErrBadInput},
+		{"placeholder beyond the arguments", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > $2", 1)}, postgres.ErrBadInput},
+		{"placeholder $0", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stock > $0", 1)}, postgres.ErrBadInput},
+		{"argument not used", []postgres.Clause{postgres.Set("stock", postgres.Expr("stock - $1", 1, 2))}, postgres.ErrBadInput},
+		{"token placeholder without arguments", []postgres.Clause{postgres.Set("stock", postgres.Expr("$1"))}, postgres.ErrBadInput},
+		{"an Expression as an argument", []postgres.Clause{postgres.Set("stock", postgres.Expr("$1", postgres.Expr("0")))}, postgres.ErrBadInput},
+		{"a condition only", []postgres.Clause{postgres.Where("stock > 0")}, postgres.ErrBadInput},
+		{"column twice", []postgres.Clause{postgres.Add("stock", 1), postgres.Set("stock", 1)}, postgres.ErrBadInput},
 		// Typos name the column.
-		{"typo in Add", []postgres.Assignment{postgres.Add("stokc", -1), postgres.Where("stock > 0")}, postgres.ErrSchema},
-		{"typo in a condition", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("stokc > 0")}, postgres.ErrSchema},
+		{"typo in Add", []postgres.Clause{postgres.Add("stokc", -1), postgres.Where("stock > 0")}, postgres.ErrSchema},
+		{"typo in a condition", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("stokc > 0")}, postgres.ErrSchema},
 		// A type error in a fragment is the fragment's, not the schema's.
-		{"type error in a condition", []postgres.Assignment{postgres.Add("stock", -1), postgres.Where("note > 5")}, nil},
+		{"type error in a condition", []postgres.Clause{postgres.Add("stock", -1), postgres.Where("note > 5")}, nil},
 	} {
 		err := items.Update(ctx, pool, 1, 6, c.set...)
 		if c.want == nil {

@@ -184,10 +184,10 @@ SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fencegua
 	return tb, nil
 }
 
-// Assignment is one clause of [Table.Update]: a column's new value —
+// Clause is one clause of [Table.Update]: a column's new value —
 // [Set] with a value or an [Expr], [Add] — or a condition on the row,
 // [Where]. [Table.Upsert] takes only Set with values.
-type Assignment struct {
+type Clause struct {
 	kind   int
 	column string
 	value  any // a value, the delta of Add, or the Expression of Expr and Where
@@ -197,11 +197,11 @@ type Assignment struct {
 // whatever it contains — unless it is an [Expression] ([Expr]), SQL of the
 // program's own that computes the new value from the row in the same
 // statement.
-func Set(column string, value any) Assignment {
+func Set(column string, value any) Clause {
 	if e, ok := value.(Expression); ok {
-		return Assignment{kind: clauseExpr, column: column, value: e}
+		return Clause{kind: clauseExpr, column: column, value: e}
 	}
-	return Assignment{column: column, value: value}
+	return Clause{column: column, value: value}
 }
 
 // Read claims the row with key for t and reads columns into dest, in one
@@ -261,7 +261,7 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 //
 // A column that does not exist — a typo in a Set or an Add, or in a
 // fragment — is a [*ColumnError] naming it.
-func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
+func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
 	resource, err := tb.args(db, "update", key)
 	if err != nil {
 		return err
@@ -310,7 +310,7 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 // each key once ([Table.Verify]); with any other key type it returns a
 // [*SchemaError] and inserts nothing. Updates of existing rows work with
 // every key type.
-func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set ...Assignment) error {
+func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
 	resource, err := tb.args(db, "upsert", key)
 	if err != nil {
 		return err
@@ -517,7 +517,7 @@ func checkColumn(c string) error {
 // assignments validates set and splits it into columns and values; plain
 // is false when set has more than values (Expr, Add, Where), and then
 // cols and vals are of no use.
-func (tb *Table) assignments(set []Assignment) (cols []string, vals []any, plain bool, err error) {
+func (tb *Table) assignments(set []Clause) (cols []string, vals []any, plain bool, err error) {
 	cols = make([]string, 0, len(set))
 	vals = make([]any, 0, len(set))
 	plain = true
