@@ -16,7 +16,7 @@ import (
 // arithScript runs the scripts' decimal add and sub on pairs: ARGV holds
 // a1, b1, a2, b2, …; it returns add(a, b) and, when b < a, sub(a, b)
 // (else "") for each pair.
-var arithScript = redis.NewScript(decimal + `
+var arithScript = redis.NewScript(source("decimal") + `
 local out = {}
 for i = 1, #ARGV, 2 do
   local a, b = ARGV[i], ARGV[i + 1]
@@ -79,7 +79,7 @@ func TestDecimalAddSubExact(t *testing.T) {
 
 // mintAtScript runs mint with the clock given: ARGV now (decimal µs),
 // idle ms. Returns {token or "", why or "", value or ""}.
-var mintAtScript = redis.NewScript(decimal + mint + `
+var mintAtScript = redis.NewScript(source("decimal", "counter", "mint") + `
 local tok, why, v = mint(ARGV[1], ARGV[2], redis.call('GET', KEYS[2]), false)
 return {tok or '', why or '', v or ''}
 `)
@@ -108,7 +108,7 @@ func TestMintOffsetEdges(t *testing.T) {
 	}{
 		{name: "plain", now: now, tok: u(now), counterAfter: u(now), offsetAfter: "0"},
 		{name: "offset 0 (none)", counter: u(now - 5), offset: "0", now: now, tok: u(now), counterAfter: u(now), offsetAfter: "0"},
-		{name: "counter above the clock, no offset (an old client's heal)", counter: u(now + 60e6), now: now,
+		{name: "counter above the clock, no offset (a clock stepped back)", counter: u(now + 60e6), now: now,
 			tok: u(now + 60e6 + 1), counterAfter: u(now + 60e6 + 1), offsetAfter: u(60e6 + 1)},
 		{name: "floor across 2^53", counter: u(1<<53 - 5), offset: u(1<<53 - now - 4), now: now + 5,
 			tok: u(1<<53 + 1), counterAfter: u(1<<53 + 1), offsetAfter: u(1<<53 - now - 4)},

@@ -123,8 +123,8 @@ func TestTokensExactPast2To53(t *testing.T) {
 	healedGrants(t, ctx, a, b, c, db.Prefix, "k", 1<<63-1<<26, 4)
 }
 
-// At the ceiling: a counter at MaxToken−1 (no offset: as an old client's
-// heal leaves it) lets exactly one more grant through, with MaxToken; the
+// At the ceiling: a counter at MaxToken−1 with no offset (a clock stepped
+// back below it) lets exactly one more grant through, with MaxToken; the
 // next, by acquire or by hand-over, fails with a RangeError and leaves
 // nothing granted or queued; Heal refuses the ceiling. Deleting the
 // counter and its offset is the way back.
@@ -335,13 +335,12 @@ func TestHealOffsetCeiling(t *testing.T) {
 	_ = h.Release(ctx)
 }
 
-// The failover of review19, on one node: after a heal above the clock, a
+// A lossy failover, on one node: after a heal above the clock, a
 // grant is lost (the counter, the offset and the lock put back as they
 // were before it, as a replica that had not received it has them) and
 // the key is granted again. The second token is above the lost one: it
 // comes from the clock plus the heal offset, and the clock moved on.
-// Control: the same with the offset missing (the counter healed as the
-// package did before offsets, or by an old client) — the second grant
+// Control: the same with the offset stripped by hand — the second grant
 // repeats the lost grant's token, and a fence admits both holders.
 func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
 	db := redisserver.Shared(t)

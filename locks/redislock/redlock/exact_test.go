@@ -163,7 +163,7 @@ func TestMalformedCounter(t *testing.T) {
 	cs, raws, prefix := sharedNodes(t)
 	l := newLocker(t, cs, redlock.Options{Prefix: prefix})
 	ctx := ctxFor(t, time.Minute)
-	for _, bad := range []string{"abc", "007", "-5", "1.5", "9223372036854775808", "18446744073709551616", ""} {
+	for _, bad := range []string{"0", "abc", "007", "-5", "1.5", "9223372036854775808", "18446744073709551616", ""} {
 		key := "malformed-" + bad
 		counter := prefix + "{" + key + "}:tok"
 		first := grants(t, ctx, l, key, 1)[0]

@@ -58,7 +58,7 @@ func TestOffsetCarriesFastClock(t *testing.T) {
 			key := fmt.Sprint("fast-", carry)
 			const hour = token.Token(3600_000_000)
 			lockKey, counter := prefix+"{"+key+"}", prefix+"{"+key+"}:tok"
-			if err := raws[0].Set(ctx, counter, "0:"+hour.String(), time.Hour).Err(); err != nil {
+			if err := raws[0].Set(ctx, counter, "1:"+hour.String(), time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
 			t0 := grants(t, ctx, l, key, 1)[0]
@@ -112,7 +112,7 @@ func TestMalformedOffset(t *testing.T) {
 	cs, raws, prefix := sharedNodes(t)
 	l := newLocker(t, cs, redlock.Options{Prefix: prefix})
 	ctx := ctxFor(t, time.Minute)
-	for _, bad := range []string{"abc", "007", "-5", "1.5", "9223372036854775808", "", "1:2"} {
+	for _, bad := range []string{"0", "abc", "007", "-5", "1.5", "9223372036854775808", "", "1:2"} {
 		key := "malformed-offset-" + bad
 		counter := prefix + "{" + key + "}:tok"
 		first := grants(t, ctx, l, key, 1)[0]

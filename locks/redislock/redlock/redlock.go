@@ -373,8 +373,9 @@ func readIssued(i int, res []any) (token.Token, error) {
 	return max(floor, held), err
 }
 
-// parseCounter reads a counter or token as the scripts return it: a
-// canonical decimal string of at most [token.MaxInt64].
+// parseCounter reads a counter, offset or token as the scripts return
+// it: a canonical decimal string of at most [token.MaxInt64], or "0" for
+// no offset.
 func parseCounter(s string) (token.Token, error) {
 	if s == "0" {
 		return 0, nil

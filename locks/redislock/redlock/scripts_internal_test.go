@@ -12,8 +12,9 @@ import (
 )
 
 // The scripts' decimal helpers, run by a real Redis, agree with Go's
-// uint64 comparison where doubles do not: around 2^53, at the 9- and
-// 10-digit split of gt, and at the ceiling.
+// uint64 comparison where doubles do not: around 2^53, at digit-count
+// changes, and at the ceiling; canon accepts exactly the canonical
+// decimals in 1..MaxInt64.
 func TestScriptDecimals(t *testing.T) {
 	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
@@ -26,30 +27,30 @@ func TestScriptDecimals(t *testing.T) {
 		}
 	}
 	nums = append(nums, 1<<53+1<<30, 1<<53-1<<30)
-	gt := redis.NewScript(decimal + `return gt(ARGV[1], ARGV[2]) and 1 or 0`)
+	lt := redis.NewScript(source("decimal") + `return lt(ARGV[2], ARGV[1]) and 1 or 0`)
 	for _, a := range nums {
 		for _, b := range nums {
-			got, err := gt.Run(ctx, c, nil, strconv.FormatUint(a, 10), strconv.FormatUint(b, 10)).Int()
+			got, err := lt.Run(ctx, c, nil, strconv.FormatUint(a, 10), strconv.FormatUint(b, 10)).Int()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := a > b; (got == 1) != want {
-				t.Errorf("gt(%d, %d) = %d, want %v", a, b, got, want)
+				t.Errorf("lt(%d, %d) = %d, want %v", b, a, got, want)
 			}
 		}
 	}
-	valid := redis.NewScript(decimal + `return valid(ARGV[1]) and 1 or 0`)
+	canon := redis.NewScript(source("decimal") + `return canon(ARGV[1], MAX) and 1 or 0`)
 	for s, want := range map[string]bool{
-		"0": true, "1": true, "9007199254740993": true, "9223372036854775807": true,
+		"0": false, "1": true, "9007199254740993": true, "9223372036854775807": true,
 		"9223372036854775808": false, "18446744073709551615": false, "99999999999999999999": false,
 		"": false, "01": false, "-1": false, "+1": false, "1.0": false, "1e3": false, " 1": false, "1 ": false, "abc": false,
 	} {
-		got, err := valid.Run(ctx, c, nil, s).Int()
+		got, err := canon.Run(ctx, c, nil, s).Int()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if (got == 1) != want {
-			t.Errorf("valid(%q) = %d, want %v", s, got, want)
+			t.Errorf("canon(%q) = %d, want %v", s, got, want)
 		}
 	}
 }
@@ -68,7 +69,7 @@ func TestScriptLead(t *testing.T) {
 			nums = append(nums, base+d)
 		}
 	}
-	lead := redis.NewScript(decimal + `return lead(ARGV[1], ARGV[2])`)
+	lead := redis.NewScript(source("decimal", "counter") + `return lead(ARGV[1], ARGV[2])`)
 	for _, v := range nums {
 		for _, now := range nums {
 			got, err := lead.Run(ctx, c, nil, strconv.FormatUint(v, 10), strconv.FormatUint(now, 10)).Text()

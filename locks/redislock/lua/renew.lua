@@ -1,0 +1,7 @@
+-- renew extends the lock only while it holds this grant.
+-- KEYS: lock. ARGV: "id|token", ttl ms. Returns 1 when extended, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
