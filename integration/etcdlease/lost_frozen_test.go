@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
@@ -16,7 +16,7 @@ import (
 // opens its watch in a goroutine of its own, since clientv3's Watch blocks
 // until its stream is up. Release after it returns by its deadline.
 func TestLostReturnsWhileFrozen(t *testing.T) {
-	srv := servers.NewEtcd(t)
+	srv := etcdserver.New(t)
 	c := etcdClient(t, srv.Addr())
 	l, err := etcdlock.New(c, etcdlock.Options{Prefix: "/fg/lock/"})
 	if err != nil {

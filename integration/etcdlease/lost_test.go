@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
 
@@ -48,7 +48,7 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 // The key deleted right after Lost is called, before its goroutine opened
 // the watch, and before Lost is called at all: both reported.
 func TestLostDeletionRightAfterLost(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	l := etcdLocker(t, db.Endpoints[0])
 	raw := etcdClient(t, db.Endpoints[0])
 	for i := 0; i < 5; i++ {
@@ -79,7 +79,7 @@ func TestLostDeletionRightAfterLost(t *testing.T) {
 // Release returns promptly, Lost after Release does not block, every call
 // returns the same channel, and no goroutine outlives the release.
 func TestLostReleaseOrders(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	l := etcdLocker(t, db.Endpoints[0])
 	warm := etcdLease(t, l, "warm") // the client's connection is up before the baseline
 	if err := warm.Release(itest.Ctx(t, 2*time.Second)); err != nil {
@@ -134,20 +134,20 @@ func TestLostReleaseOrders(t *testing.T) {
 // after the thaw the grant's expiry is reported or the watch ends: no
 // goroutine is left.
 func TestLostAndReleaseWhileFrozen(t *testing.T) {
-	srv := servers.NewEtcd(t)
+	srv := etcdserver.New(t)
 	l := etcdLocker(t, srv.Addr())
 	s := etcdLease(t, l, "frozen")
 	itest.Pause(t, srv)
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	ch := s.Lost()
-	if took, allowed := tm.StopAllowing(100 * time.Millisecond); took > allowed {
+	if took, allowed := tm.StopAllowing(100*time.Millisecond, 0); took > allowed {
 		t.Errorf("Lost took %v with etcd frozen (allowed %v)", took, allowed)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	tm = itest.StartTiming()
+	tm = itest.StartTiming(t)
 	err := s.Release(ctx)
 	cancel()
-	if took, allowed := tm.Stop(); took > 200*time.Millisecond+allowed {
+	if took, allowed := tm.Stop(200 * time.Millisecond); took > 200*time.Millisecond+allowed {
 		t.Errorf("Release took %v with a 200ms deadline, etcd frozen", took)
 	}
 	if err == nil {
@@ -165,7 +165,7 @@ func TestLostAndReleaseWhileFrozen(t *testing.T) {
 // The grant's lease revoked (its key expires with it) right after Lost is
 // called: reported.
 func TestLostExpiryRightAfterLost(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	l := etcdLocker(t, db.Endpoints[0])
 	raw := etcdClient(t, db.Endpoints[0])
 	for i := 0; i < 3; i++ {

@@ -13,14 +13,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func etcdClientDB(t *testing.T, db *servers.EtcdDB) *clientv3.Client {
+func etcdClientDB(t *testing.T, db *etcdserver.DB) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: db.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -30,7 +30,7 @@ func etcdClientDB(t *testing.T, db *servers.EtcdDB) *clientv3.Client {
 	return c
 }
 
-func dbLocker(t *testing.T, c *clientv3.Client, db *servers.EtcdDB, o etcdlock.Options) *etcdlock.Locker {
+func dbLocker(t *testing.T, c *clientv3.Client, db *etcdserver.DB, o etcdlock.Options) *etcdlock.Locker {
 	t.Helper()
 	o.Prefix = db.Prefix + "lock/"
 	l, err := etcdlock.New(c, o)
@@ -51,7 +51,7 @@ func asEtcd(t *testing.T, l locks.Lease) *etcdlock.Lease {
 }
 
 // queueKeys lists the keys queueing for key k.
-func queueKeys(t *testing.T, ctx context.Context, c *clientv3.Client, db *servers.EtcdDB, k string) []string {
+func queueKeys(t *testing.T, ctx context.Context, c *clientv3.Client, db *etcdserver.DB, k string) []string {
 	t.Helper()
 	resp, err := c.Get(ctx, db.Prefix+"lock/"+k+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -70,7 +70,7 @@ func queueKeys(t *testing.T, ctx context.Context, c *clientv3.Client, db *server
 // the very lease it reused — deletes nothing of the new grant's. The claim
 // (Release a plain Delete by a name of the grant's alone) holds.
 func TestLateReleaseNeverDeletesRegrant(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 20*time.Second)
 	l1 := dbLocker(t, c, db, etcdlock.Options{})
@@ -149,7 +149,7 @@ func TestLateReleaseNeverDeletesRegrant(t *testing.T) {
 // TTL, Acquire of a free lock on a healthy cluster still succeeds, and no key
 // is written on a dead lease.
 func TestRevokedPooledLeasesDoNotFailAcquire(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 20*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})
@@ -186,7 +186,7 @@ func TestRevokedPooledLeasesDoNotFailAcquire(t *testing.T) {
 // fresh one): the grant's lease lives, its key is there, Lost stays open,
 // and the server's remaining TTL covers the local deadline.
 func TestPooledLeaseRevokedIsNotHandedOut(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 20*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})
@@ -251,7 +251,7 @@ func checkLive(t *testing.T, ctx context.Context, c *clientv3.Client, e *etcdloc
 // background refreshes: every grant's lease covers its local deadline on
 // the server, its key lives, and tokens strictly increase.
 func TestReuseRacesBackgroundRefresh(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 30*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})
@@ -294,7 +294,7 @@ func TestReuseRacesBackgroundRefresh(t *testing.T) {
 // clean-ups ran (well within the lease TTL), and the next acquirer after
 // the holder's release is granted at once.
 func TestCancelledAcquireLeavesNoKey(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 30*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})
@@ -359,7 +359,7 @@ func TestCancelledAcquireLeavesNoKey(t *testing.T) {
 // of them (TimeToLive -1 on the server), and leaks no goroutine (goleak in
 // TestMain).
 func TestCloseRevokesPooledAndRefreshingLeases(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 20*time.Second)
 	l, err := etcdlock.New(c, etcdlock.Options{Prefix: db.Prefix + "lock/"})
@@ -411,7 +411,7 @@ func TestCloseRevokesPooledAndRefreshingLeases(t *testing.T) {
 // (a waiter that joined first — seen in the queue before the other — is
 // granted first).
 func TestContentionTokensIncreaseFIFO(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 30*time.Second)
 	ls := []*etcdlock.Locker{dbLocker(t, c, db, etcdlock.Options{}), dbLocker(t, c, db, etcdlock.Options{})}
@@ -457,7 +457,7 @@ func TestContentionTokensIncreaseFIFO(t *testing.T) {
 // Renew fails with ErrNotHeld), the next grant's token is higher, and a
 // fence that admitted the newer token refuses the older one.
 func TestRevokedWhileHeldLostFires(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 20*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})
@@ -515,8 +515,8 @@ func TestRevokedWhileHeldLostFires(t *testing.T) {
 // resumes every grant's lease is live on the server for at least its local
 // deadline, its key is there and Lost stays open, and tokens increase.
 func TestServerPausedWhilePooled(t *testing.T) {
-	srv := servers.NewEtcd(t)
-	db := &servers.EtcdDB{Endpoints: []string{srv.Addr()}, Prefix: "/p/"}
+	srv := etcdserver.New(t)
+	db := &etcdserver.DB{Endpoints: []string{srv.Addr()}, Prefix: "/p/"}
 	c := etcdClientDB(t, db)
 	ctx := itest.Ctx(t, 40*time.Second)
 	l := dbLocker(t, c, db, etcdlock.Options{})

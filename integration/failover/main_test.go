@@ -2,11 +2,12 @@ package failover
 
 import (
 	"context"
+	"github.com/redis/go-redis/v9"
+	"testing"
+
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
-	"github.com/redis/go-redis/v9"
-	"testing"
 )
 
 func TestMain(m *testing.M) { itest.Main(m) }

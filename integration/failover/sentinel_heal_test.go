@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -21,7 +21,7 @@ import (
 // and the Sequencer on the new primary answers the new holder's token.
 func TestSentinelKillFailoverHealedTokenGrows(t *testing.T) {
 	ctx := itest.Ctx(t, 45*time.Second)
-	s := servers.NewRedisSentinel(t)
+	s := redisserver.NewSentinel(t)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	l := newLockerOpts(t, c, redislock.Options{})

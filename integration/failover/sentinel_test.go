@@ -9,13 +9,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func sentinelClient(t *testing.T, s *servers.RedisSentinel) *redis.Client {
+func sentinelClient(t *testing.T, s *redisserver.Sentinel) *redis.Client {
 	t.Helper()
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    s.MasterName(),
@@ -84,7 +84,7 @@ func TestSentinelFailoverTokenGrows(t *testing.T) {
 func runHealedFailover(t *testing.T, control bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := servers.NewRedisSentinel(t)
+	s := redisserver.NewSentinel(t)
 	ca := sentinelClient(t, s)
 	la := newLocker(t, ca)
 	const ttl = 20 * time.Second // long: the lost grant stays "live" for its holder
@@ -208,7 +208,7 @@ func runHealedFailover(t *testing.T, control bool) {
 func TestSentinelSequencerOnReplicaRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	s := servers.NewRedisSentinel(t)
+	s := redisserver.NewSentinel(t)
 	cp := sentinelClient(t, s)
 	l := newLocker(t, cp)
 	rep, err := s.Replica(ctx)

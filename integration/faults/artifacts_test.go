@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/timeline"
 	"github.com/fenceguard/fenceguard/integration/internal/history"
-	"github.com/fenceguard/fenceguard/internal/timeline"
 )
 
 // artifacts is where violations are written: for each, the histories as

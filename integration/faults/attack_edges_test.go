@@ -17,8 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
@@ -168,7 +171,7 @@ return 1
 
 func attackEdgesLockers(t *testing.T, s *attackStats) {
 	ctx := edgeCtx(t)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	newClient := func(addr string) *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 		t.Cleanup(func() { c.Close() })
@@ -184,7 +187,7 @@ func attackEdgesLockers(t *testing.T, s *attackStats) {
 		return l
 	}
 	ra, rb := newLocker(), newLocker()
-	nodes := servers.RedisN(t, 5)
+	nodes := redisserver.SharedN(t, 5)
 	var rl []redlock.Client
 	var rlRaw []*redis.Client
 	for _, n := range nodes {
@@ -498,13 +501,13 @@ func attackEdgesEnforcers(t *testing.T, s *attackStats) {
 	mem := &token.MemoryFence{Check: token.NoCheck(), Logger: quietLog}
 	es = append(es, edgeEnforcer{"memory", mem.Claim, edge64})
 
-	rdb := servers.Redis(t)
+	rdb := redisserver.Shared(t)
 	rc := redis.NewClient(&redis.Options{Addr: rdb.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { rc.Close() })
 	rf := redislock.NewFence(rc, redislock.FenceOptions{Prefix: rdb.Prefix + "fence:", Check: token.NoCheck(), Logger: quietLog})
 	es = append(es, edgeEnforcer{"redis", rf.Claim, edge64})
 
-	edb := servers.Etcd(t)
+	edb := etcdserver.Shared(t)
 	cli, err := clientv3.New(etcdConfig(edb.Endpoints))
 	if err != nil {
 		t.Fatal(err)
@@ -513,11 +516,11 @@ func attackEdgesEnforcers(t *testing.T, s *attackStats) {
 	ef := etcdlock.NewFence(cli, etcdlock.FenceOptions{Prefix: edb.Prefix + "fence/", Check: token.NoCheck(), Logger: quietLog})
 	es = append(es, edgeEnforcer{"etcd", ef.Claim, edge64})
 
-	z := servers.ZooKeeper(t)
+	z := zkserver.Shared(t)
 	zf := zklock.NewFence(lagZKConnect(t, z.Addrs[0]), zklock.FenceOptions{Prefix: z.Chroot + "/fence", Check: token.NoCheck(), Logger: quietLog})
 	es = append(es, edgeEnforcer{"zk", zf.Claim, edge64})
 
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	pcfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/memlock"
@@ -79,13 +82,13 @@ func newAttackLocks(t *testing.T, kind string) *attackLocks {
 		a.mem = memlock.New()
 		a.seq = a.mem
 	case redisLock:
-		db := servers.Redis(t)
+		db := redisserver.Shared(t)
 		a.lc.Addrs, a.lc.Prefix = []string{db.Addr}, db.Prefix+"lock:"
 		cli := redis.NewClient(redisOptions(db.Addr))
 		t.Cleanup(func() { cli.Close() })
 		a.seq = redislock.NewSequencer(cli, a.lc.Prefix)
 	case redLock:
-		dbs := servers.RedisN(t, 3)
+		dbs := redisserver.SharedN(t, 3)
 		var nodes []redlock.Client
 		for _, db := range dbs {
 			a.lc.Addrs = append(a.lc.Addrs, db.Addr)
@@ -96,7 +99,7 @@ func newAttackLocks(t *testing.T, kind string) *attackLocks {
 		a.lc.Prefix = dbs[0].Prefix + "redlock:"
 		a.seq = redlock.NewSequencer(nodes, a.lc.Prefix)
 	case etcdLock:
-		db := servers.Etcd(t)
+		db := etcdserver.Shared(t)
 		a.lc.Addrs, a.lc.Prefix = db.Endpoints, db.Prefix+"lock/"
 		cli, err := clientv3.New(etcdConfig(db.Endpoints))
 		if err != nil {
@@ -105,7 +108,7 @@ func newAttackLocks(t *testing.T, kind string) *attackLocks {
 		t.Cleanup(func() { cli.Close() })
 		a.seq = etcdlock.NewSequencer(cli, a.lc.Prefix)
 	case zkLock:
-		z := servers.ZooKeeper(t)
+		z := zkserver.Shared(t)
 		a.lc.Addrs, a.lc.Prefix = z.Addrs, z.Chroot+"/lock"
 		conn, _, err := zk.Connect(z.Addrs, 10*time.Second, zk.WithLogger(zkLogger{quietLog}))
 		if err != nil {
@@ -135,9 +138,9 @@ func (a *attackLocks) open(t *testing.T, ctx context.Context) locks.Locker {
 }
 
 // attackPG returns a pool on a fresh, migrated database of t's own.
-func attackPG(t *testing.T, ctx context.Context) (*pgxpool.Pool, *servers.PG) {
+func attackPG(t *testing.T, ctx context.Context) (*pgxpool.Pool, *pgserver.DB) {
 	t.Helper()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)

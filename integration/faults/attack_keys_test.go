@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 )
 
@@ -203,8 +203,8 @@ INSERT INTO fence_tokens AS m (resource, token, updated_at) SELECT $3 || d.k::te
 // contrib and ICU) a failure, so the attack cannot quietly shrink there.
 func missingKeyType(t *testing.T, why string) {
 	t.Helper()
-	if os.Getenv(servers.EnvRequireServers) == "1" {
-		t.Errorf("%s (%s=1: every key type must be attacked)", why, servers.EnvRequireServers)
+	if os.Getenv(harness.EnvRequireServers) == "1" {
+		t.Errorf("%s (%s=1: every key type must be attacked)", why, harness.EnvRequireServers)
 		return
 	}
 	t.Logf("%s; skipping that key type", why)

@@ -14,7 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -135,7 +138,7 @@ func lagZKNaive(c *lagZKConn, path string, t token.Token) (bool, error) {
 }
 
 func attackLagZK(t *testing.T, s *attackStats) {
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	ctx := lagCtx(t, 2*time.Minute)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
@@ -233,13 +236,13 @@ func attackLagZK(t *testing.T, s *attackStats) {
 // ---- lag/etcd ----
 
 func attackLagEtcd(t *testing.T, s *attackStats) {
-	cl := servers.NewEtcdCluster(t, 3)
+	cl := etcdserver.NewCluster(t, 3)
 	ctx := lagCtx(t, 3*time.Minute)
 	leader, err := cl.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var follower *servers.Server
+	var follower *harness.Server
 	for _, m := range cl.Members {
 		if m != leader {
 			follower = m
@@ -370,8 +373,8 @@ return {1}
 `)
 
 func attackLagRedis(t *testing.T, s *attackStats) {
-	master := servers.NewRedis(t)
-	rep := servers.NewRedisReplica(t, master)
+	master := redisserver.New(t)
+	rep := redisserver.NewReplica(t, master)
 	ctx := lagCtx(t, 3*time.Minute)
 	client := func(addr string) *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})

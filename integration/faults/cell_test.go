@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 )
 
@@ -136,10 +139,10 @@ func (c *cell) stop() {
 // one, the others directly.
 type lockService struct {
 	direct, victim lockConfig
-	proxies        []*servers.Proxy  // the victim's, in the order of direct.Addrs
-	dedicated      []*servers.Server // the cell's own servers, for the kill nemesis
-	cluster        *servers.EtcdCluster
-	rcluster       *servers.RedisCluster // redis-cluster
+	proxies        []*harness.Proxy  // the victim's, in the order of direct.Addrs
+	dedicated      []*harness.Server // the cell's own servers, for the kill nemesis
+	cluster        *etcdserver.Cluster
+	rcluster       *redisserver.Cluster // redis-cluster
 	mem            *memlock.Locker
 	ensemble       *ensembleService // redis-sentinel, zk-ensemble (nemesis_ensemble_test.go)
 }
@@ -159,21 +162,21 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 		return s
 	case redisLock:
 		if kill {
-			s.dedicated = []*servers.Server{servers.NewRedis(t)}
+			s.dedicated = []*harness.Server{redisserver.New(t)}
 			lc.Addrs, lc.Prefix = []string{s.dedicated[0].Addr()}, "fg:faults:lock:"
 		} else {
-			db := servers.Redis(t)
+			db := redisserver.Shared(t)
 			lc.Addrs, lc.Prefix = []string{db.Addr}, db.Prefix+"lock:"
 		}
 	case redLock:
 		if kill {
-			s.dedicated = servers.NewRedisN(t, 5)
+			s.dedicated = redisserver.NewN(t, 5)
 			for _, srv := range s.dedicated {
 				lc.Addrs = append(lc.Addrs, srv.Addr())
 			}
 			lc.Prefix = "fg:faults:redlock:"
 		} else {
-			dbs := servers.RedisN(t, 5)
+			dbs := redisserver.SharedN(t, 5)
 			for _, db := range dbs {
 				lc.Addrs = append(lc.Addrs, db.Addr)
 			}
@@ -183,19 +186,19 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 		newClusterLockService(t, s, &lc)
 	case etcdLock:
 		if kill {
-			s.cluster = servers.NewEtcdCluster(t, 3)
+			s.cluster = etcdserver.NewCluster(t, 3)
 			s.dedicated = s.cluster.Members
 			lc.Addrs, lc.Prefix = s.cluster.Endpoints(), "/fg-faults/lock/"
 		} else {
-			db := servers.Etcd(t)
+			db := etcdserver.Shared(t)
 			lc.Addrs, lc.Prefix = db.Endpoints, db.Prefix+"lock/"
 		}
 	case zkLock:
 		if kill {
-			s.dedicated = []*servers.Server{servers.NewZooKeeper(t)}
+			s.dedicated = []*harness.Server{zkserver.New(t)}
 			lc.Addrs, lc.Prefix = []string{s.dedicated[0].Addr()}, "/fg-faults/lock"
 		} else {
-			z := servers.ZooKeeper(t)
+			z := zkserver.Shared(t)
 			lc.Addrs, lc.Prefix = z.Addrs, z.Chroot+"/lock"
 		}
 	default:
@@ -207,7 +210,7 @@ func newLockService(t *testing.T, spec cellSpec) *lockService {
 	}
 	s.victim.Addrs = nil
 	for _, a := range lc.Addrs {
-		p := servers.NewProxy(t, a)
+		p := harness.NewProxy(t, a)
 		s.proxies = append(s.proxies, p)
 		s.victim.Addrs = append(s.victim.Addrs, p.Addr())
 	}

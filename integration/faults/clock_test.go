@@ -4,7 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/fakeclock"
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness/fakeclock"
 )
 
 // stepClock is the clock a client's guard runs on: it follows the real clock
@@ -21,6 +22,13 @@ type stepClock struct {
 	stopped bool       // guarded by mu
 
 	stop, done chan struct{}
+}
+
+// NewTimer and AfterFunc make a stepClock a guard.Clock.
+func (c *stepClock) NewTimer(d time.Duration) guard.Timer { return c.Clock.NewTimer(d) }
+
+func (c *stepClock) AfterFunc(d time.Duration, f func()) guard.Timer {
+	return c.Clock.AfterFunc(d, f)
 }
 
 // stepTick is how often the clock catches up with the real one: the

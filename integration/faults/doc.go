@@ -140,7 +140,7 @@
 // runs with a violation with fencing on and off — is logged at the end
 // (go test -v) and, with -faults.doc, written into a Markdown file. A
 // violation with fencing on fails the test and writes, for the item, its
-// histories as JSON, a timeline picture (internal/timeline, as in the demo)
+// histories as JSON, a timeline picture (harness/timeline, as in the demo)
 // of the fenced copy and its control, and porcupine's visualization when the
 // value was not linearizable, under -faults.out, or the test's artifact
 // directory with -artifacts, or a new $TMPDIR/fenceguard-faults-<time>.

@@ -10,7 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
@@ -26,14 +27,14 @@ const redisClusterLock = "redis-cluster"
 // seeds: the map sends each node's address to the node's proxy.
 func newClusterLockService(t *testing.T, s *lockService, lc *lockConfig) {
 	t.Helper()
-	s.rcluster = servers.NewRedisCluster(t, 3, 1)
+	s.rcluster = redisserver.NewCluster(t, 3, 1)
 	s.dedicated = s.rcluster.Nodes
 	lc.Addrs, lc.Prefix = s.rcluster.Addrs(), "fg:faults:lock:"
 }
 
 // clusterAddrMap maps each node's address to the victim's proxy in front of
 // it.
-func clusterAddrMap(nodes []string, proxies []*servers.Proxy) map[string]string {
+func clusterAddrMap(nodes []string, proxies []*harness.Proxy) map[string]string {
 	m := map[string]string{}
 	for i, a := range nodes {
 		m[a] = proxies[i].Addr()
@@ -72,7 +73,7 @@ func clusterKillNemesis(n *nemesis, c *cell) {
 	cl := c.svc.rcluster
 	n.lane = -1
 	n.label = "the lock's Redis Cluster master KILLED, replica promoted"
-	var killed *servers.Server
+	var killed *harness.Server
 	n.inject = func(ctx context.Context, r *run) error {
 		m, err := cl.MasterForKey(ctx, c.svc.direct.Prefix+"{"+r.items[0]+"}")
 		if err != nil {

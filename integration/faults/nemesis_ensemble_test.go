@@ -11,7 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -53,8 +55,8 @@ func ensembleRuns(spec cellSpec, runs int) int {
 
 // ensembleService is the lock service of these cells.
 type ensembleService struct {
-	sentinel *servers.RedisSentinel
-	zk       *servers.ZKEnsemble
+	sentinel *redisserver.Sentinel
+	zk       *zkserver.Ensemble
 }
 
 // newEnsembleLockService fills s for the lockers of this file and reports
@@ -69,21 +71,21 @@ func newEnsembleLockService(t *testing.T, spec cellSpec, s *lockService) bool {
 	lc := lockConfig{Kind: spec.locker}
 	switch spec.locker {
 	case redisSentinelLock:
-		r := servers.NewRedisSentinel(t)
+		r := redisserver.NewSentinel(t)
 		s.ensemble = &ensembleService{sentinel: r}
 		s.dedicated = r.Nodes
 		lc.Addrs, lc.Prefix = append([]string{r.MasterName()}, r.SentinelAddrs()...), "fg:faults:lock:"
 		s.direct, s.victim = lc, lc
 		return true
 	case zkEnsembleLock:
-		e := servers.NewZooKeeperEnsemble(t, 3)
+		e := zkserver.NewEnsemble(t, 3)
 		s.ensemble = &ensembleService{zk: e}
 		s.dedicated = e.Members
 		lc.Addrs, lc.Prefix = e.Addrs(), "/fg-faults/lock"
 		s.direct, s.victim = lc, lc
 		s.victim.Addrs = nil
 		for _, a := range lc.Addrs {
-			p := servers.NewProxy(t, a)
+			p := harness.NewProxy(t, a)
 			s.proxies = append(s.proxies, p)
 			s.victim.Addrs = append(s.victim.Addrs, p.Addr())
 		}
@@ -114,7 +116,7 @@ func ensembleNemesis(spec cellSpec, c *cell, n *nemesis) {
 	if spec.nemesis != nemKill {
 		return
 	}
-	var killed *servers.Server
+	var killed *harness.Server
 	// startKilled restarts the killed server on its old port, which must
 	// stay (the sentinels and the ensemble know it). Seen once in 25 runs:
 	// another process had the port for a moment (a probe of another test

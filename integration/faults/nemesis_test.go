@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 )
 
 // The nemeses. Each makes the victim, c1, lose its lock while it sits
@@ -47,14 +47,14 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 		n.takeover = 40 * time.Second // an election, or a session timeout, and a lease
 	}
 	svc := c.svc
-	eachProxy := func(f func(*servers.Proxy) error) error {
+	eachProxy := func(f func(*harness.Proxy) error) error {
 		var errs []error
 		for _, p := range svc.proxies {
 			errs = append(errs, f(p))
 		}
 		return errors.Join(errs...)
 	}
-	restore := func(context.Context, *run) error { return eachProxy((*servers.Proxy).Restore) }
+	restore := func(context.Context, *run) error { return eachProxy((*harness.Proxy).Restore) }
 
 	switch spec.nemesis {
 	case nemPause:
@@ -103,7 +103,7 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 
 	case nemCut:
 		n.label = "c1's connections to the lock service CUT"
-		n.inject = func(context.Context, *run) error { return eachProxy((*servers.Proxy).Cut) }
+		n.inject = func(context.Context, *run) error { return eachProxy((*harness.Proxy).Cut) }
 		n.heal = restore
 		n.cleanup = func() { restore(nil, nil) }
 
@@ -111,7 +111,7 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 		d := 3 * c.ttl
 		n.label = fmt.Sprintf("the lock service's replies to c1 DELAYED %v", d)
 		n.inject = func(context.Context, *run) error {
-			return eachProxy(func(p *servers.Proxy) error { return p.Delay(d) })
+			return eachProxy(func(p *harness.Proxy) error { return p.Delay(d) })
 		}
 		n.heal = restore
 		n.cleanup = func() { restore(nil, nil) }
@@ -126,7 +126,7 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 			}
 		}
 		n.cleanup = func() { restore(nil, nil); startAll() }
-		killRestart := func(s *servers.Server, wipe bool) error {
+		killRestart := func(s *harness.Server, wipe bool) error {
 			if err := s.Kill(); err != nil {
 				return err
 			}
@@ -158,7 +158,7 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 			// dies: c1 cannot renew, the others carry on with a new
 			// leader, which lets c1's lease expire.
 			n.label = "etcd leader, c1's only member, KILLED"
-			var killed *servers.Server
+			var killed *harness.Server
 			pinned := ""
 			n.prepare = func(ctx context.Context, r *run) error {
 				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -19,9 +19,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/integration/internal/history"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -103,7 +106,7 @@ type resourceService struct {
 func newResourceService(t *testing.T, enforcers []string) *resourceService {
 	t.Helper()
 	ctx := context.Background()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	pcfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -206,12 +209,12 @@ func (s *resourceService) fence(t *testing.T, enforcer string) token.Fence {
 	case httpMem:
 		return new(token.MemoryFence)
 	case httpRedis:
-		db := servers.Redis(t)
+		db := redisserver.Shared(t)
 		rdb := redis.NewClient(&redis.Options{Addr: db.Addr})
 		t.Cleanup(func() { rdb.Close() })
 		return redislock.NewFence(rdb, redislock.FenceOptions{Prefix: db.Prefix + "fence:"})
 	case httpEtcd:
-		db := servers.Etcd(t)
+		db := etcdserver.Shared(t)
 		cli, err := clientv3.New(etcdConfig(db.Endpoints))
 		if err != nil {
 			t.Fatal(err)
@@ -219,7 +222,7 @@ func (s *resourceService) fence(t *testing.T, enforcer string) token.Fence {
 		t.Cleanup(func() { cli.Close() })
 		return etcdlock.NewFence(cli, etcdlock.FenceOptions{Prefix: db.Prefix + "fence/"})
 	case httpZK:
-		z := servers.ZooKeeper(t)
+		z := zkserver.Shared(t)
 		conn, _, err := zk.Connect(z.Addrs, 10*time.Second, zk.WithLogger(zkLogger{quietLog}))
 		if err != nil {
 			t.Fatal(err)

@@ -8,8 +8,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -20,16 +23,16 @@ type backend struct {
 	name string
 	ttl  time.Duration // a TTL the backend grants as asked
 	// start returns a locker on a fresh server, and the server.
-	start func(t *testing.T) (locks.Locker, *servers.Server)
+	start func(t *testing.T) (locks.Locker, *harness.Server)
 }
 
 var backends = []backend{
-	{"redislock", 1500 * time.Millisecond, func(t *testing.T) (locks.Locker, *servers.Server) {
-		srv := servers.NewRedis(t)
+	{"redislock", 1500 * time.Millisecond, func(t *testing.T) (locks.Locker, *harness.Server) {
+		srv := redisserver.New(t)
 		return redisLocker(t, redisClient(t, srv.Addr()), "fg:lock:"), srv
 	}},
-	{"etcdlock", 2 * time.Second, func(t *testing.T) (locks.Locker, *servers.Server) {
-		srv := servers.NewEtcd(t)
+	{"etcdlock", 2 * time.Second, func(t *testing.T) (locks.Locker, *harness.Server) {
+		srv := etcdserver.New(t)
 		l, err := etcdlock.New(etcdClient(t, srv.Addr()), etcdlock.Options{Prefix: "/fg/lock/"})
 		if err != nil {
 			t.Fatal(err)
@@ -37,8 +40,8 @@ var backends = []backend{
 		t.Cleanup(func() { l.Close() })
 		return l, srv
 	}},
-	{"zklock", 2 * time.Second, func(t *testing.T) (locks.Locker, *servers.Server) {
-		srv := servers.NewZooKeeper(t)
+	{"zklock", 2 * time.Second, func(t *testing.T) (locks.Locker, *harness.Server) {
+		srv := zkserver.New(t)
 		l, err := zklock.New([]string{srv.Addr()}, zklock.Options{Prefix: "/fg/lock", Logger: itest.QuietZK{}})
 		if err != nil {
 			t.Fatal(err)

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
@@ -22,11 +24,11 @@ import (
 func TestEtcdZKCallsFrozen(t *testing.T) {
 	type target struct {
 		name  string
-		calls func(t *testing.T) (map[string]func(context.Context) error, *servers.Server, func(t *testing.T))
+		calls func(t *testing.T) (map[string]func(context.Context) error, *harness.Server, func(t *testing.T))
 	}
 	targets := []target{
-		{"etcd", func(t *testing.T) (map[string]func(context.Context) error, *servers.Server, func(t *testing.T)) {
-			srv := servers.NewEtcd(t)
+		{"etcd", func(t *testing.T) (map[string]func(context.Context) error, *harness.Server, func(t *testing.T)) {
+			srv := etcdserver.New(t)
 			c := etcdClient(t, srv.Addr())
 			l, err := etcdlock.New(c, etcdlock.Options{Prefix: "/fg/lock/"})
 			if err != nil {
@@ -65,8 +67,8 @@ func TestEtcdZKCallsFrozen(t *testing.T) {
 					}
 				}
 		}},
-		{"zookeeper", func(t *testing.T) (map[string]func(context.Context) error, *servers.Server, func(t *testing.T)) {
-			srv := servers.NewZooKeeper(t)
+		{"zookeeper", func(t *testing.T) (map[string]func(context.Context) error, *harness.Server, func(t *testing.T)) {
+			srv := zkserver.New(t)
 			l, err := zklock.New([]string{srv.Addr()}, zklock.Options{Prefix: "/fg/lock", Logger: itest.QuietZK{}})
 			if err != nil {
 				t.Fatal(err)

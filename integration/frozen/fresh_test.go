@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
@@ -16,7 +16,7 @@ import (
 // Acquire return by their context's deadline, not by the session wait
 // (Options.SessionWait, 5s) or Issued's 10s session timeout.
 func TestZKFreshLockerFrozen(t *testing.T) {
-	srv := servers.NewZooKeeper(t)
+	srv := zkserver.New(t)
 	conn := zkConn(t, srv.Addr()) // the server is up and serving
 	_ = conn
 	itest.Pause(t, srv)

@@ -9,8 +9,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
@@ -28,7 +29,7 @@ func redisLockerAt(t *testing.T, addr string) *redislock.Locker {
 // the lease's context is done, and the keep-alive goroutine is gone once
 // the lease's deadline has passed, with Redis still frozen.
 func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	g := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), 1200*time.Millisecond, 250*time.Millisecond)
 	l, err := g.Acquire(itest.Ctx(t, 2*time.Second), "k")
 	if err != nil {
@@ -39,9 +40,9 @@ func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
 	itest.Pause(t, srv)
 	time.Sleep(150 * time.Millisecond) // the renewal at 250ms is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	rerr := l.Release(ctx)
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(150 * time.Millisecond)
 	cancel()
 	if took > 150*time.Millisecond+allowed {
 		t.Errorf("Release took %v with a 150ms deadline", took)
@@ -66,7 +67,7 @@ func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
 // call's connection, so the lock is free again by the lease's deadline as
 // the holder knew it, and the next holder's token is larger.
 func TestGuardLateRenewalAfterReleaseDoesNotExtendLock(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	const ttl = 1500 * time.Millisecond
 	g := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), ttl, 300*time.Millisecond)
 	g2 := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), ttl, 300*time.Millisecond)
@@ -116,8 +117,8 @@ func TestGuardLateRenewalAfterReleaseDoesNotExtendLock(t *testing.T) {
 // called with a deadline long enough for one round trip plus the rest of
 // the renewal. Release must both return by its deadline and release.
 func TestGuardReleaseDelayedRedis(t *testing.T) {
-	srv := servers.NewRedis(t)
-	p := servers.NewProxy(t, srv.Addr())
+	srv := redisserver.New(t)
+	p := harness.NewProxy(t, srv.Addr())
 	g := newRenewingGuard(t, redisLockerAt(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
 	g2 := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), 3*time.Second, time.Second)
 	// Load the release script first: a first release on a fresh server
@@ -139,9 +140,9 @@ func TestGuardReleaseDelayedRedis(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the renewal at 500ms is in flight, 300ms round trip
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	rerr := l.Release(ctx)
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(700 * time.Millisecond)
 	cancel()
 	if took > 700*time.Millisecond+allowed {
 		t.Errorf("Release took %v with a 700ms deadline", took)
@@ -167,8 +168,8 @@ const thawAfter = 0 * time.Millisecond
 // misses its deadline. Logged only: the doc says Release waits for the
 // renewal while ctx lasts.
 func TestGuardReleaseDelayedWaitsOutRenewal(t *testing.T) {
-	srv := servers.NewRedis(t)
-	p := servers.NewProxy(t, srv.Addr())
+	srv := redisserver.New(t)
+	p := harness.NewProxy(t, srv.Addr())
 	g := newRenewingGuard(t, redisLockerAt(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
 	l, err := g.Acquire(itest.Ctx(t, 2*time.Second), "k")
 	if err != nil {

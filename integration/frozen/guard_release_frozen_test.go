@@ -8,8 +8,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
@@ -20,7 +23,7 @@ import (
 // flight, and checks that Release returns by its 200ms deadline. Then it
 // thaws srv and checks that a second Guard gets the lock, with a higher
 // token, once the first grant expired: no late renewal resurrected it.
-func frozenRelease(t *testing.T, srvs []*servers.Server, l1, l2 locks.Locker, ttl, every time.Duration) {
+func frozenRelease(t *testing.T, srvs []*harness.Server, l1, l2 locks.Locker, ttl, every time.Duration) {
 	t.Helper()
 	g := newRenewingGuard(t, l1, ttl, every)
 	g2 := newRenewingGuard(t, l2, ttl, every)
@@ -34,9 +37,9 @@ func frozenRelease(t *testing.T, srvs []*servers.Server, l1, l2 locks.Locker, tt
 	}
 	time.Sleep(150 * time.Millisecond) // a renewal is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	rerr := l.Release(ctx)
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(200 * time.Millisecond)
 	cancel()
 	if took > 200*time.Millisecond+allowed {
 		t.Errorf("Release took %v with a 200ms deadline, servers frozen", took)
@@ -66,8 +69,8 @@ func frozenRelease(t *testing.T, srvs []*servers.Server, l1, l2 locks.Locker, tt
 }
 
 func TestGuardReleaseFrozenEtcd(t *testing.T) {
-	srv := servers.NewEtcd(t)
-	frozenRelease(t, []*servers.Server{srv}, etcdLocker(t, srv.Addr()), etcdLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
+	srv := etcdserver.New(t)
+	frozenRelease(t, []*harness.Server{srv}, etcdLocker(t, srv.Addr()), etcdLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
 }
 
 func zkLocker(t *testing.T, addr string) *zklock.Locker {
@@ -81,11 +84,11 @@ func zkLocker(t *testing.T, addr string) *zklock.Locker {
 }
 
 func TestGuardReleaseFrozenZooKeeper(t *testing.T) {
-	srv := servers.NewZooKeeper(t)
-	frozenRelease(t, []*servers.Server{srv}, zkLocker(t, srv.Addr()), zkLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
+	srv := zkserver.New(t)
+	frozenRelease(t, []*harness.Server{srv}, zkLocker(t, srv.Addr()), zkLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
 }
 
-func redlockLocker(t *testing.T, srvs []*servers.Server) *redlock.Locker {
+func redlockLocker(t *testing.T, srvs []*harness.Server) *redlock.Locker {
 	t.Helper()
 	var nodes []redlock.Client
 	for _, s := range srvs {
@@ -102,7 +105,7 @@ func redlockLocker(t *testing.T, srvs []*servers.Server) *redlock.Locker {
 }
 
 func TestGuardReleaseFrozenRedlock(t *testing.T) {
-	srvs := servers.NewRedisN(t, 3)
+	srvs := redisserver.NewN(t, 3)
 	frozenRelease(t, srvs, redlockLocker(t, srvs), redlockLocker(t, srvs), 3*time.Second, 600*time.Millisecond)
 }
 
@@ -111,7 +114,7 @@ func TestGuardReleaseFrozenRedlock(t *testing.T) {
 // grant's key must be gone by the released lease's deadline; a keep-alive
 // etcd read from its socket after the thaw would keep it a TTL longer.
 func TestGuardEtcdLateKeepAliveAfterRelease(t *testing.T) {
-	srv := servers.NewEtcd(t)
+	srv := etcdserver.New(t)
 	const ttl, every = 2 * time.Second, 400 * time.Millisecond
 	g := newRenewingGuard(t, etcdLocker(t, srv.Addr()), ttl, every)
 	g2 := newRenewingGuard(t, etcdLocker(t, srv.Addr()), ttl, every)

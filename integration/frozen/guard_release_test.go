@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
-func releaseDuringRenewal(t *testing.T, g *guard.Guard, srv *servers.Server, ttl time.Duration) {
+func releaseDuringRenewal(t *testing.T, g *guard.Guard, srv *harness.Server, ttl time.Duration) {
 	lease, err := g.Acquire(context.Background(), "renewing")
 	if err != nil {
 		t.Fatal(err)

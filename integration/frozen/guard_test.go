@@ -75,7 +75,7 @@ func TestGuardFrozen(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tm := itest.StartTiming()
+				tm := itest.StartTiming(t)
 				itest.Pause(t, srv)
 				time.Sleep(20 * time.Millisecond)
 				dl := lease.Deadline()
@@ -85,7 +85,7 @@ func TestGuardFrozen(t *testing.T) {
 					t.Fatalf("lease context not cancelled %v after its deadline", 5*time.Second)
 				}
 				late := time.Since(dl)
-				if _, allowed := tm.Stop(); late > allowed {
+				if allowed := tm.StopAt(dl, itest.Slack); late > allowed {
 					t.Errorf("lease context cancelled %v after the lease's local deadline (allowed %v)", late, allowed)
 				}
 				cause := context.Cause(lease.Context())
@@ -137,7 +137,7 @@ func TestGuardFrozen(t *testing.T) {
 			// deadline, and Do reports ErrLost even though fn returned nil.
 			t.Run("DoLost", func(t *testing.T) {
 				warm(t, g)
-				tm := itest.StartTiming()
+				tm := itest.StartTiming(t)
 				start := time.Now()
 				var fnDone time.Time
 				var cause error
@@ -150,7 +150,7 @@ func TestGuardFrozen(t *testing.T) {
 					cause = context.Cause(fctx)
 					return nil
 				})
-				total, allowed := tm.Stop()
+				total, allowed := tm.Stop(b.ttl)
 				t.Logf("Do returned %v after it began: %v", total, err)
 				if late := fnDone.Sub(start) - b.ttl; late > allowed {
 					t.Errorf("fn's context ended %v after the TTL from before the acquire (allowed %v)", late, allowed)
@@ -169,7 +169,7 @@ func TestGuardFrozen(t *testing.T) {
 			// start ("Deadlines and errors" in the package doc).
 			t.Run("DoLostReturns", func(t *testing.T) {
 				warm(t, g)
-				tm := itest.StartTiming()
+				tm := itest.StartTiming(t)
 				err := itest.ReturnsByDeadline(t, "Do (lost inside fn, 15s parent)", 15*time.Second, func() { srv.Resume() }, func(ctx context.Context) error {
 					return g.Do(ctx, "dolost2", func(fctx context.Context, _ token.Token) error {
 						itest.Pause(t, srv)
@@ -177,7 +177,7 @@ func TestGuardFrozen(t *testing.T) {
 						return nil
 					})
 				})
-				if total, allowed := tm.Stop(); total > b.ttl+time.Second+2*allowed {
+				if total, allowed := tm.Stop(b.ttl + time.Second); total > b.ttl+time.Second+itest.Slack+allowed {
 					t.Errorf("Do returned %v after it began (TTL %v): %v", total, b.ttl, err)
 				}
 				itest.Resume(t, srv)

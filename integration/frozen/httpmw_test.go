@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -76,9 +79,9 @@ func serveWithin(t *testing.T, m *fencedMux, what string, d time.Duration, tok t
 	req.Header.Set(token.Header, tok.String())
 	rec := httptest.NewRecorder()
 	before := m.ran.Load()
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	m.ServeHTTP(rec, req)
-	if took, allowed := tm.Stop(); took > d+allowed {
+	if took, allowed := tm.Stop(d); took > d+allowed {
 		t.Errorf("%s: answered %v after a %v request deadline (allowed %v late)", what, took, d, allowed)
 	}
 	if m.ran.Load() != before {
@@ -101,23 +104,23 @@ func serveWithin(t *testing.T, m *fencedMux, what string, d time.Duration, tok t
 func TestHTTPFenceFrozen(t *testing.T) {
 	type fenceSrv struct {
 		name  string
-		start func(t *testing.T) (token.Fence, *servers.Server)
+		start func(t *testing.T) (token.Fence, *harness.Server)
 	}
 	fences := []fenceSrv{
-		{"redis", func(t *testing.T) (token.Fence, *servers.Server) {
-			srv := servers.NewRedis(t)
+		{"redis", func(t *testing.T) (token.Fence, *harness.Server) {
+			srv := redisserver.New(t)
 			return redislock.NewFence(redisClient(t, srv.Addr()), redislock.FenceOptions{}), srv
 		}},
-		{"postgres", func(t *testing.T) (token.Fence, *servers.Server) {
+		{"postgres", func(t *testing.T) (token.Fence, *harness.Server) {
 			e := newPG(t)
 			return e.k.Fence(e.pool), e.srv
 		}},
-		{"etcd", func(t *testing.T) (token.Fence, *servers.Server) {
-			srv := servers.NewEtcd(t)
+		{"etcd", func(t *testing.T) (token.Fence, *harness.Server) {
+			srv := etcdserver.New(t)
 			return etcdlock.NewFence(etcdClient(t, srv.Addr()), etcdlock.FenceOptions{Check: token.NoCheck()}), srv
 		}},
-		{"zookeeper", func(t *testing.T) (token.Fence, *servers.Server) {
-			srv := servers.NewZooKeeper(t)
+		{"zookeeper", func(t *testing.T) (token.Fence, *harness.Server) {
+			srv := zkserver.New(t)
 			return zklock.NewFence(zkConn(t, srv.Addr()), zklock.FenceOptions{Check: token.NoCheck()}), srv
 		}},
 	}
@@ -170,11 +173,11 @@ func TestHTTPClientGoneWhileClaiming(t *testing.T) {
 // client by seconds (the handler still does not run).
 func TestHTTPClientGoneRedisFence(t *testing.T) {
 	itest.KnownDefect(t, "redislock calls ignore a context cancelled without a deadline (go-redis watches only the deadline): a claim outlives the client that went by ReadTimeout")
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	clientGone(t, redislock.NewFence(redisClient(t, srv.Addr()), redislock.FenceOptions{Check: token.NoCheck()}), srv)
 }
 
-func clientGone(t *testing.T, f token.Fence, srv *servers.Server) {
+func clientGone(t *testing.T, f token.Fence, srv *harness.Server) {
 	m := newFencedMux(t, httpmw.Options{Fence: f, Check: token.NoCheck()}, nil)
 	ts := httptest.NewServer(m)
 	defer ts.Close()
@@ -191,14 +194,14 @@ func clientGone(t *testing.T, f token.Fence, srv *servers.Server) {
 		t.Errorf("request answered %d with the fence frozen", resp.StatusCode)
 	}
 	cancel()
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	start := time.Now()
 	for {
 		if out, n := m.last(); n > 0 {
 			if out.Result != httpmw.ResultUnavailable || out.Status != 503 {
 				t.Errorf("outcome %+v, want 503 unavailable", out)
 			}
-			if took, allowed := tm.Stop(); took > allowed {
+			if took, allowed := tm.Stop(0); took > allowed {
 				t.Errorf("the claim outlived the client by %v (allowed %v)", took, allowed)
 			}
 			break
@@ -247,19 +250,19 @@ func TestHTTPSerializeAndSequencerFrozen(t *testing.T) {
 	})
 	type seqSrv struct {
 		name  string
-		start func(t *testing.T) (token.Sequencer, *servers.Server)
+		start func(t *testing.T) (token.Sequencer, *harness.Server)
 	}
 	seqs := []seqSrv{
-		{"redislock", func(t *testing.T) (token.Sequencer, *servers.Server) {
-			srv := servers.NewRedis(t)
+		{"redislock", func(t *testing.T) (token.Sequencer, *harness.Server) {
+			srv := redisserver.New(t)
 			return redislock.NewSequencer(redisClient(t, srv.Addr()), ""), srv
 		}},
-		{"etcdlock", func(t *testing.T) (token.Sequencer, *servers.Server) {
-			srv := servers.NewEtcd(t)
+		{"etcdlock", func(t *testing.T) (token.Sequencer, *harness.Server) {
+			srv := etcdserver.New(t)
 			return etcdlock.NewSequencer(etcdClient(t, srv.Addr()), ""), srv
 		}},
-		{"zklock", func(t *testing.T) (token.Sequencer, *servers.Server) {
-			srv := servers.NewZooKeeper(t)
+		{"zklock", func(t *testing.T) (token.Sequencer, *harness.Server) {
+			srv := zkserver.New(t)
 			return zklock.NewSequencer(zkConn(t, srv.Addr()), ""), srv
 		}},
 	}

@@ -22,10 +22,10 @@ func byDeadline(t *testing.T, what string, d time.Duration, f func(ctx context.C
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	err := f(ctx)
 	ended := ctx.Err() != nil
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(d)
 	if took > d+allowed {
 		t.Errorf("%s: returned %v after a %v deadline (more than %v late): %v", what, took, d, allowed, err)
 	}
@@ -47,10 +47,10 @@ func byCancel(t *testing.T, what string, d time.Duration, f func(ctx context.Con
 	defer cancel()
 	timer := time.AfterFunc(d, cancel)
 	defer timer.Stop()
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	err := f(ctx)
 	ended := ctx.Err() != nil
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(d)
 	if took > d+allowed {
 		t.Errorf("%s: returned %v after a cancel at %v (more than %v late): %v", what, took, d, allowed, err)
 	}

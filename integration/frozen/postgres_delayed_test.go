@@ -11,17 +11,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
 
 // pgPools returns a pool straight to a fresh database and one through a
 // proxy in front of the same server.
-func pgPools(t *testing.T) (direct, proxied *pgxpool.Pool, p *servers.Proxy) {
+func pgPools(t *testing.T) (direct, proxied *pgxpool.Pool, p *harness.Proxy) {
 	t.Helper()
-	db := servers.Postgres(t)
+	db := pgserver.Shared(t)
 	cfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func pgPools(t *testing.T) (direct, proxied *pgxpool.Pool, p *servers.Proxy) {
 	}
 	t.Cleanup(direct.Close)
 	up := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
-	p = servers.NewProxy(t, up)
+	p = harness.NewProxy(t, up)
 	pcfg := cfg.Copy()
 	host, port, _ := net.SplitHostPort(p.Addr())
 	pn, _ := strconv.Atoi(port)
@@ -95,7 +96,7 @@ func TestPostgresTxDelayedCutShort(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
-		tm := itest.StartTiming()
+		tm := itest.StartTiming(t)
 		id++
 		first := id
 		id++
@@ -107,7 +108,7 @@ func TestPostgresTxDelayedCutShort(t *testing.T) {
 			_, err := tx.Exec(ctx, "insert into items values ($1, 'b')", first+1)
 			return err
 		})
-		took, allowed := tm.Stop()
+		took, allowed := tm.Stop(d + 100*time.Millisecond)
 		cancel()
 		if took > d+100*time.Millisecond+allowed {
 			t.Errorf("deadline %v: Tx returned after %v (allowed %v late): %v", d, took, allowed, err)

@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -21,8 +22,8 @@ import (
 // or on a proxy in front of it, the items table in column mode and the
 // high-water table.
 type pgEnv struct {
-	srv   *servers.Server
-	proxy *servers.Proxy
+	srv   *harness.Server
+	proxy *harness.Proxy
 	pool  *pgxpool.Pool // through the proxy
 	admin *pgxpool.Pool // direct, for checks after the fault
 	items *postgres.Table
@@ -32,9 +33,9 @@ type pgEnv struct {
 
 func newPG(t *testing.T) *pgEnv {
 	t.Helper()
-	srv := servers.NewPostgres(t)
+	srv := pgserver.New(t)
 	ctx := itest.Ctx(t, 30*time.Second)
-	admin, err := pgxpool.New(ctx, srv.DSN())
+	admin, err := pgxpool.New(ctx, pgserver.DSN(srv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +47,8 @@ func newPG(t *testing.T) *pgEnv {
 	if err := postgres.Migrate(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
-	proxy := servers.NewProxy(t, srv.Addr())
-	cfg, err := pgxpool.ParseConfig(srv.DSN())
+	proxy := harness.NewProxy(t, srv.Addr())
+	cfg, err := pgxpool.ParseConfig(pgserver.DSN(srv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,12 +325,12 @@ func TestPostgresTxErrorRollbackByDeadline(t *testing.T) {
 	errFn := errors.New("fn failed")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	err := e.k.Tx(ctx, e.pool, res, 70, func(tx pgx.Tx) error {
 		itest.Pause(t, e.srv)
 		return errFn
 	})
-	took, allowed := tm.Stop()
+	took, allowed := tm.Stop(2 * time.Second)
 	if !errors.Is(err, errFn) {
 		t.Errorf("Tx: %v, want fn's error", err)
 	}

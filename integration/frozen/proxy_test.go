@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
@@ -18,18 +20,18 @@ import (
 type proxied struct {
 	name  string
 	ttl   time.Duration
-	start func(t *testing.T) (via, direct locks.Locker, p *servers.Proxy)
+	start func(t *testing.T) (via, direct locks.Locker, p *harness.Proxy)
 }
 
 var proxiedBackends = []proxied{
-	{"redislock", 3 * time.Second, func(t *testing.T) (locks.Locker, locks.Locker, *servers.Proxy) {
-		srv := servers.NewRedis(t)
-		p := servers.NewProxy(t, srv.Addr())
+	{"redislock", 3 * time.Second, func(t *testing.T) (locks.Locker, locks.Locker, *harness.Proxy) {
+		srv := redisserver.New(t)
+		p := harness.NewProxy(t, srv.Addr())
 		return redisLocker(t, redisClient(t, p.Addr()), "fg:lock:"), redisLocker(t, redisClient(t, srv.Addr()), "fg:lock:"), p
 	}},
-	{"etcdlock", 3 * time.Second, func(t *testing.T) (locks.Locker, locks.Locker, *servers.Proxy) {
-		srv := servers.NewEtcd(t)
-		p := servers.NewProxy(t, srv.Addr())
+	{"etcdlock", 3 * time.Second, func(t *testing.T) (locks.Locker, locks.Locker, *harness.Proxy) {
+		srv := etcdserver.New(t)
+		p := harness.NewProxy(t, srv.Addr())
 		mk := func(addr string) locks.Locker {
 			l, err := etcdlock.New(etcdClient(t, addr), etcdlock.Options{Prefix: "/fg/lock/"})
 			if err != nil {
@@ -69,7 +71,7 @@ func TestGuardBlackholedKeepAlive(t *testing.T) {
 			if err := p.Blackhole(); err != nil {
 				t.Fatal(err)
 			}
-			tm := itest.StartTiming()
+			tm := itest.StartTiming(t)
 			time.Sleep(20 * time.Millisecond)
 			dl := lease.Deadline()
 			select {
@@ -78,7 +80,7 @@ func TestGuardBlackholedKeepAlive(t *testing.T) {
 				t.Fatal("lease not lost 5s after its local deadline")
 			}
 			late := time.Since(dl)
-			if _, allowed := tm.Stop(); late > allowed {
+			if allowed := tm.StopAt(dl, itest.Slack); late > allowed {
 				t.Errorf("lost %v after the local deadline (allowed %v)", late, allowed)
 			}
 			cause := context.Cause(lease.Context())

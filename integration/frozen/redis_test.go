@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -39,7 +39,7 @@ func redisLocker(t *testing.T, c redislock.Client, prefix string) *redislock.Loc
 // and Heal returns by its deadline with an error matching
 // context.DeadlineExceeded, and the mark is one a claim presented.
 func TestRedisFenceSequencerFrozen(t *testing.T) {
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	c := redisClient(t, srv.Addr())
 	ctx := itest.Ctx(t, 30*time.Second)
 	const prefix = "fg:lock:"
@@ -115,7 +115,7 @@ func TestRedisFenceSequencerFrozen(t *testing.T) {
 // honoured. redislock's package doc says so.
 func TestRedisCancelHonoured(t *testing.T) {
 	itest.KnownDefect(t, "redislock calls ignore a context cancelled without a deadline (go-redis watches only the deadline)")
-	srv := servers.NewRedis(t)
+	srv := redisserver.New(t)
 	c := redisClient(t, srv.Addr())
 	ctx := itest.Ctx(t, 30*time.Second)
 	const prefix = "fg:lock:"

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
@@ -17,7 +17,7 @@ import (
 // so its renewals end whatever go-redis does with a cancel, unlike
 // redislock's: see TestRedisCancelHonoured).
 func TestGuardRedlockFrozen(t *testing.T) {
-	nodes := servers.NewRedisN(t, 3)
+	nodes := redisserver.NewN(t, 3)
 	var clients []redlock.Client
 	for _, n := range nodes {
 		clients = append(clients, redisClient(t, n.Addr()))

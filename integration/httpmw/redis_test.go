@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -33,7 +33,7 @@ func redisClient(t testing.TB, addr string) *redis.Client {
 // Transport: accept, accept again, refuse the stale holder with the
 // current mark, refuse hostile input without touching Redis's mark.
 func TestRedisFence(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	fence := redislock.NewFence(redisClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix})
 	mw := newMW(t, httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: fence})
 	var s seen
@@ -86,7 +86,7 @@ func TestRedisFence(t *testing.T) {
 // Several middleware instances (several resource processes) share one
 // Redis Fence: the claims are still ordered.
 func TestRedisFenceConcurrentProcesses(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	const procs, keys, perWorker = 3, 3, 60
 	c := &orderChecker{t: t, done: make([]atomic.Uint64, keys)}
 	handlers := make([]http.Handler, procs)
@@ -158,7 +158,7 @@ func TestRedisUnreachableFailsClosed(t *testing.T) {
 // bound, and a made-up token far above it is refused before it reaches
 // the Redis Fence.
 func TestRedisDefaultCheck(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redisClient(t, db.Addr)
 	locker, err := redislock.New(c, redislock.Options{Prefix: db.Prefix + "lock:"})
 	if err != nil {
@@ -192,7 +192,7 @@ func TestRedisDefaultCheck(t *testing.T) {
 // can tell it was never granted — is refused, the holder's is accepted,
 // and the resource needs only a plain client to ask.
 func TestRedisSequencerCheck(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := redisClient(t, db.Addr)
 	locker, err := redislock.New(c, redislock.Options{Prefix: db.Prefix + "lock:"})
 	if err != nil {

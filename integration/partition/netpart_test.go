@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 )
 
 // A ZooKeeper member partitioned from its peers while its clients stay
@@ -30,7 +30,7 @@ type zkPeers struct {
 	quorum, election map[int]int // myid → port
 }
 
-func readPeers(t *testing.T, s *servers.Server) zkPeers {
+func readPeers(t *testing.T, s *harness.Server) zkPeers {
 	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(filepath.Dir(s.LogFile()), "zoo.cfg"))
 	if err != nil {
@@ -62,7 +62,7 @@ func tc(args ...string) error {
 // the returned heal is called (also at cleanup).
 func isolateZK(t *testing.T, peers zkPeers, id, pid int) (heal func()) {
 	t.Helper()
-	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
+	harness.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	tcMu.Lock()
 	if err := tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "0", "r2q", "1"); err != nil {
 		tcMu.Unlock()

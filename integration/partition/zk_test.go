@@ -9,8 +9,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -47,7 +48,7 @@ func zkConn(t *testing.T, addr string) *zk.Conn {
 	return c
 }
 
-func memberID(e *servers.ZKEnsemble, s *servers.Server) int {
+func memberID(e *zkserver.Ensemble, s *harness.Server) int {
 	for i, m := range e.Members {
 		if m == s {
 			return i + 1
@@ -85,7 +86,7 @@ func TestZKFenceThroughPartitionedMember(t *testing.T) {
 func runZKPartition(t *testing.T, checkLease bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)

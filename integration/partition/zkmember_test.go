@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
@@ -113,12 +113,12 @@ func zkHandover(t *testing.T, hm, wm string, key string, fault func()) time.Dura
 		wch <- got{le, err, time.Now()}
 	}()
 	time.Sleep(500 * time.Millisecond) // W queued, H renewing
-	tm := itest.StartTiming()
+	tm := itest.StartTiming(t)
 	faultAt := time.Now()
 	fault()
 	w := <-wch
 	log.finish()
-	_, skew := tm.StopAllowing(0)
+	_, skew := tm.StopAllowing(0, 0)
 	if w.err != nil {
 		t.Fatalf("W: %v", w.err)
 	}
@@ -155,7 +155,7 @@ func sub(a, b time.Time) any {
 // Deadline with W's grant (the package doc's "What is left") is logged.
 func TestZKPausedHolderMemberLosesLeaseFirst(t *testing.T) {
 	ctx := itest.Ctx(t, 60*time.Second)
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestZKPausedHolderMemberLosesLeaseFirst(t *testing.T) {
 // reported lost before W is granted, W's token (a later epoch) larger.
 func TestZKLeaderKilledWhileHeld(t *testing.T) {
 	ctx := itest.Ctx(t, 60*time.Second)
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 )
 
 // memberPorts returns a member's myid, quorum (peer) port and election
 // port, from its zoo.cfg and myid (next to its log).
-func memberPorts(t *testing.T, s *servers.Server) (id, peer, election int) {
+func memberPorts(t *testing.T, s *harness.Server) (id, peer, election int) {
 	t.Helper()
 	dir := filepath.Dir(s.LogFile())
 	b, err := os.ReadFile(filepath.Join(dir, "data", "myid"))
@@ -43,7 +44,7 @@ func memberPorts(t *testing.T, s *servers.Server) (id, peer, election int) {
 
 // followerLinkPort returns the local port of follower f's connection to
 // the leader's quorum port.
-func followerLinkPort(t *testing.T, f *servers.Server, leaderPeer int) int {
+func followerLinkPort(t *testing.T, f *harness.Server, leaderPeer int) int {
 	t.Helper()
 	out, err := exec.Command("ss", "-tnpH", "state", "established", "dport", "=", ":"+strconv.Itoa(leaderPeer)).CombinedOutput()
 	if err != nil {
@@ -84,9 +85,9 @@ func run(t *testing.T, args ...string) {
 // after its 2 s timeout and grants W. H must be told (Lost, Renew
 // failing) before W's grant and never renew after it.
 func TestZKRenewStopsOnMemberCutFromLeader(t *testing.T) {
-	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
+	harness.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	ctx := itest.Ctx(t, 60*time.Second)
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestZKRenewStopsOnMemberCutFromLeader(t *testing.T) {
 
 // localPorts returns the local ports of s's established connections to
 // port dport.
-func localPorts(t *testing.T, s *servers.Server, dport int) []int {
+func localPorts(t *testing.T, s *harness.Server, dport int) []int {
 	t.Helper()
 	out, err := exec.Command("ss", "-tnpH", "state", "established", "dport", "=", ":"+strconv.Itoa(dport)).CombinedOutput()
 	if err != nil {
@@ -140,7 +141,7 @@ func localPorts(t *testing.T, s *servers.Server, dport int) []int {
 // through the slow class.
 func shapeLo(t *testing.T) func(port int) {
 	t.Helper()
-	servers.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
+	harness.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	if out, err := exec.Command("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1").CombinedOutput(); err != nil {
 		t.Fatalf("tc qdisc add on lo: %v %s", err, out)
 	}
@@ -168,7 +169,7 @@ func shapeLo(t *testing.T) func(port int) {
 // lateness the scheduler shows meanwhile.
 func TestZKRenewStopsOnLeaderCutFromFollowers(t *testing.T) {
 	ctx := itest.Ctx(t, 60*time.Second)
-	e := servers.NewZooKeeperEnsemble(t, 3)
+	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)

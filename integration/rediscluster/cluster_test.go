@@ -11,13 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func clusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterClient {
+func clusterClient(t *testing.T, c *redisserver.Cluster) *redis.ClusterClient {
 	t.Helper()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:       c.Addrs(),
@@ -39,14 +39,14 @@ func clusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterClient {
 func TestClusterNameStartingWithCloseBraceRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := servers.NewRedisCluster(t, 3, 0)
+	c := redisserver.NewCluster(t, 3, 0)
 	cc := clusterClient(t, c)
 	l := newLocker(t, cc, redislock.Options{})
 	for _, name := range []string{"a}b", "{x}", "}x", "}"} {
 		base := redislock.DefaultPrefix + "{" + name + "}"
 		slots := map[int]bool{}
 		for _, k := range []string{base, base + ":tok", base + ":q", base + ":qd"} {
-			slots[servers.KeySlot(k)] = true
+			slots[redisserver.KeySlot(k)] = true
 		}
 		le, err := l.TryAcquire(ctx, name, time.Second)
 		if len(slots) > 1 {
@@ -67,7 +67,7 @@ func TestClusterNameStartingWithCloseBraceRefused(t *testing.T) {
 		}
 	}
 	// On one node the same names work.
-	single := servers.Redis(t)
+	single := redisserver.Shared(t)
 	sc := redis.NewClient(&redis.Options{Addr: single.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = sc.Close() })
 	ls, err := redislock.New(sc, redislock.Options{Prefix: single.Prefix})
@@ -101,11 +101,11 @@ func TestClusterNameStartingWithCloseBraceRefused(t *testing.T) {
 func TestClusterLockUsableThroughMigration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	c := servers.NewRedisCluster(t, 2, 0)
+	c := redisserver.NewCluster(t, 2, 0)
 	cc := clusterClient(t, c)
 	l := newLocker(t, cc, redislock.Options{})
 	const name = "migrating-lock"
-	slot := servers.KeySlot(redislock.DefaultPrefix + "{" + name + "}")
+	slot := redisserver.KeySlot(redislock.DefaultPrefix + "{" + name + "}")
 	from, err := c.MasterForSlot(ctx, slot)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestClusterLockUsableThroughMigration(t *testing.T) {
 	}
 	var renewErr, tryErr error
 	finished := make(chan time.Time, 1)
-	err = c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(ctx context.Context) error {
+	err = c.Migrate(ctx, slot, to, redisserver.MigrateOptions{Midway: func(ctx context.Context) error {
 		renewErr = a.Renew(ctx)
 		if renewErr != nil {
 			fail("Renew: " + renewErr.Error())
@@ -194,7 +194,7 @@ func TestClusterLockUsableThroughMigration(t *testing.T) {
 func TestClusterHealedTokenGrowsAcrossFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	c := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	newClient := func() *redis.ClusterClient {
 		cc := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
@@ -321,7 +321,7 @@ func TestClusterHealedTokenGrowsAcrossFailover(t *testing.T) {
 func TestClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	c := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
@@ -384,7 +384,7 @@ func TestClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 	}
 
 	// A claim while the mark's slot moves (ASK to the target).
-	slot := servers.KeySlot(key("r-move"))
+	slot := redisserver.KeySlot(key("r-move"))
 	if err := safe.Claim(ctx, "r-move", 10); err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 		to = masters[1]
 	}
 	var mid error
-	if err := c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(context.Context) error {
+	if err := c.Migrate(ctx, slot, to, redisserver.MigrateOptions{Midway: func(context.Context) error {
 		mid = safe.Claim(ctx, "r-move", 20)
 		return nil
 	}}); err != nil {
@@ -422,7 +422,7 @@ func TestClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 func TestClusterWakeUpsFromEveryMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	c := servers.NewRedisCluster(t, 3, 0)
+	c := redisserver.NewCluster(t, 3, 0)
 	cc := clusterClient(t, c)
 	holder := newLocker(t, cc, redislock.Options{})
 	waiterL, err := redislock.New(clusterClient(t, c), redislock.Options{WaiterTTL: 30 * time.Second})

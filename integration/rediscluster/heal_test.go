@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -19,7 +19,7 @@ import (
 // the master and let the cluster promote its replica, grant again.
 func clusterHealFailover(t *testing.T, dropOffset bool) (t1, t2 token.Token) {
 	ctx := itest.Ctx(t, 40*time.Second)
-	rc := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	rc := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	cc := newClusterClient(t, rc, nil)
 	l := newLocker(t, cc, redislock.Options{Prefix: "hf:"})
 	const key = "k"

@@ -3,13 +3,14 @@ package rediscluster
 import (
 	"context"
 	"errors"
+	"github.com/redis/go-redis/v9"
+	"testing"
+	"time"
+
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
-	"github.com/redis/go-redis/v9"
-	"testing"
-	"time"
 )
 
 func TestMain(m *testing.M) { itest.Main(m) }

@@ -7,13 +7,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func timeoutClusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterClient {
+func timeoutClusterClient(t *testing.T, c *redisserver.Cluster) *redis.ClusterClient {
 	t.Helper()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
@@ -25,7 +25,7 @@ func timeoutClusterClient(t *testing.T, c *servers.RedisCluster) *redis.ClusterC
 // Deadline nor Renew of the same lease; it completes once the slot has
 // moved, and the lock is then free.
 func TestClusterReleaseDuringMigrationLeavesLeaseUsable(t *testing.T) {
-	c := servers.NewRedisCluster(t, 2, 0)
+	c := redisserver.NewCluster(t, 2, 0)
 	cc := timeoutClusterClient(t, c)
 	ctx := itest.Ctx(t, 25*time.Second)
 	l := newLocker(t, cc, redislock.Options{Prefix: "mig:"})
@@ -37,7 +37,7 @@ func TestClusterReleaseDuringMigrationLeavesLeaseUsable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := servers.KeySlot("mig:{" + key + "}")
+	slot := redisserver.KeySlot("mig:{" + key + "}")
 	from, err := c.MasterForSlot(ctx, slot)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestClusterReleaseDuringMigrationLeavesLeaseUsable(t *testing.T) {
 		to = c.Nodes[1]
 	}
 	relDone := make(chan error, 1)
-	err = c.Migrate(ctx, slot, to, servers.MigrateOptions{Midway: func(ctx context.Context) error {
+	err = c.Migrate(ctx, slot, to, redisserver.MigrateOptions{Midway: func(ctx context.Context) error {
 		go func() {
 			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			defer cancel()
@@ -102,7 +102,7 @@ func TestClusterReleaseDuringMigrationLeavesLeaseUsable(t *testing.T) {
 // SIGKILLed and its replica promoted: the next token is larger than every
 // lost one.
 func TestClusterKillFailoverHealedKeyTokenGrows(t *testing.T) {
-	c := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
+	c := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, Links: true})
 	cc := timeoutClusterClient(t, c)
 	ctx := itest.Ctx(t, 28*time.Second)
 	l := newLocker(t, cc, redislock.Options{Prefix: "kf:"})

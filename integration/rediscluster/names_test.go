@@ -10,14 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func newClusterClient(t *testing.T, c *servers.RedisCluster, set func(*redis.ClusterOptions)) *redis.ClusterClient {
+func newClusterClient(t *testing.T, c *redisserver.Cluster, set func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
 	o := &redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1, ContextTimeoutEnabled: true}
 	if set != nil {
@@ -122,7 +123,7 @@ func namesOn(t *testing.T, where string, c redislock.Client, fc redislock.FenceC
 // empty key (on a Cluster client by the hash-tag check too).
 func TestIssuedEmptyKeyRefused(t *testing.T) {
 	ctx := itest.Ctx(t, 10*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	if v, err := l.Issued(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
@@ -134,13 +135,13 @@ func TestIssuedEmptyKeyRefused(t *testing.T) {
 // names with braces, empty, 100 kB, non-UTF-8: typed errors, no panic, no
 // two names sharing keys; names with an empty hash tag refused on Cluster.
 func TestOddLockNamesStandalone(t *testing.T) {
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	namesOn(t, "standalone", c, c, false)
 }
 
 func TestOddLockNamesCluster(t *testing.T) {
-	rc := servers.NewRedisCluster(t, 3, 0)
+	rc := redisserver.NewCluster(t, 3, 0)
 	cc := newClusterClient(t, rc, nil)
 	namesOn(t, "cluster", cc, cc, true)
 	// Prefixes holding "{}" (an empty first tag) are refused too, for
@@ -178,7 +179,7 @@ func TestOddLockNamesCluster(t *testing.T) {
 // the holder's token only.
 func TestClusterMigrationMidway(t *testing.T) {
 	ctx := itest.Ctx(t, 90*time.Second)
-	rc := servers.NewRedisClusterWith(t, servers.RedisClusterOptions{Masters: 2, ReplicasPerMaster: 1, Links: true})
+	rc := redisserver.NewClusterWith(t, redisserver.ClusterOptions{Masters: 2, ReplicasPerMaster: 1, Links: true})
 	cc := newClusterClient(t, rc, nil)
 	l := newLocker(t, cc, redislock.Options{Prefix: "mig:"})
 	l2 := newLocker(t, cc, redislock.Options{Prefix: "mig:"})
@@ -192,7 +193,7 @@ func TestClusterMigrationMidway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var to *servers.Server
+	var to *harness.Server
 	for _, m := range masters {
 		if m != from {
 			to = m
@@ -225,11 +226,11 @@ func TestClusterMigrationMidway(t *testing.T) {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, d)
 			defer cancel()
-			tm := itest.StartTiming()
+			tm := itest.StartTiming(t)
 			v, err := f(cctx)
-			dur, allowed := tm.StopAllowing(time.Second)
+			dur, late := tm.StopAllowing(700*time.Millisecond, d)
 			mu.Lock()
-			results = append(results, res{op, err, dur, allowed, v})
+			results = append(results, res{op, err, dur, d + late, v})
 			mu.Unlock()
 		}()
 	}
@@ -253,7 +254,7 @@ func TestClusterMigrationMidway(t *testing.T) {
 		time.Sleep(1200 * time.Millisecond)
 		return nil
 	}
-	if err := rc.Migrate(ctx, servers.KeySlot(lockKey), to, servers.MigrateOptions{Midway: midway}); err != nil {
+	if err := rc.Migrate(ctx, redisserver.KeySlot(lockKey), to, redisserver.MigrateOptions{Midway: midway}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -302,12 +303,13 @@ func TestClusterMigrationMidway(t *testing.T) {
 	}
 
 	// Release cut short midway: the holder can tell it still holds.
-	if err := rc.Migrate(ctx, servers.KeySlot(lockKey), from, servers.MigrateOptions{Midway: func(context.Context) error {
+	if err := rc.Migrate(ctx, redisserver.KeySlot(lockKey), from, redisserver.MigrateOptions{Midway: func(context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		tm := itest.StartTiming()
+		tm := itest.StartTiming(t)
 		err := n.Release(rctx)
-		if took, allowed := tm.StopAllowing(time.Second); !errors.Is(err, context.DeadlineExceeded) || took > allowed {
+		took, late := tm.StopAllowing(800*time.Millisecond, 200*time.Millisecond)
+		if allowed := 200*time.Millisecond + late; !errors.Is(err, context.DeadlineExceeded) || took > allowed {
 			t.Errorf("Release with a short context midway: %v after %v (allowed %v)", err, took, allowed)
 		}
 		return nil

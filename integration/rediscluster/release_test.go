@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
@@ -17,7 +17,7 @@ import (
 // once while the Release waits, and the lease is held all that time.
 func TestClusterReleaseDuringMigrationDoesNotBlockDeadline(t *testing.T) {
 	ctx := itest.Ctx(t, 30*time.Second)
-	rc := servers.NewRedisCluster(t, 2, 0)
+	rc := redisserver.NewCluster(t, 2, 0)
 	cc := newClusterClient(t, rc, nil)
 	l := newLocker(t, cc, redislock.Options{Prefix: "rb:"})
 	le, err := l.TryAcquire(ctx, "k", 20*time.Second)
@@ -39,7 +39,7 @@ func TestClusterReleaseDuringMigrationDoesNotBlockDeadline(t *testing.T) {
 	var blocked time.Duration
 	rdone := make(chan error, 1)
 	got := make(chan time.Duration, 1)
-	err = rc.Migrate(ctx, servers.KeySlot("rb:{k}"), to, servers.MigrateOptions{Midway: func(context.Context) error {
+	err = rc.Migrate(ctx, redisserver.KeySlot("rb:{k}"), to, redisserver.MigrateOptions{Midway: func(context.Context) error {
 		go func() {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()

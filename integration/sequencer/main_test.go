@@ -1,10 +1,11 @@
 package sequencer
 
 import (
-	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/redis/go-redis/v9"
 	"testing"
+
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
+	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
 func TestMain(m *testing.M) { itest.Main(m) }

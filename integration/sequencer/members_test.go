@@ -10,8 +10,9 @@ import (
 	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 	"github.com/fenceguard/fenceguard/locks/zklock"
@@ -75,7 +76,7 @@ func queueScenario(t *testing.T, l locks.Locker, issued func() token.Token, fenc
 
 // TestEtcdSequencerQueue: queueScenario on etcd.
 func TestEtcdSequencerQueue(t *testing.T) {
-	db := servers.Etcd(t)
+	db := etcdserver.Shared(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: db.Endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func zkConn(t *testing.T, addr string) *zk.Conn {
 // through the lagging follower; the sequencer check refuses a forger with a
 // queue of waiters; odd resource names are fenced like any other.
 func TestZooKeeperEnsemble(t *testing.T) {
-	ens := servers.NewZooKeeperEnsemble(t, 3)
+	ens := zkserver.NewEnsemble(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leader, followers, err := ens.Leader(ctx)
@@ -179,7 +180,7 @@ func TestZooKeeperEnsemble(t *testing.T) {
 // 3-member cluster — claim through one member, a higher token through
 // another, the first again through the first — never accepts the stale one.
 func TestEtcdFenceAcrossMembers(t *testing.T) {
-	cl := servers.NewEtcdCluster(t, 3)
+	cl := etcdserver.NewCluster(t, 3)
 	eps := cl.Endpoints()
 	var fences []*etcdlock.Fence
 	for _, ep := range eps {

@@ -3,13 +3,14 @@ package sequencer
 import (
 	"context"
 	"errors"
-	"github.com/fenceguard/fenceguard/internal/servers"
-	"github.com/fenceguard/fenceguard/locks"
-	"github.com/fenceguard/fenceguard/locks/redislock"
-	"github.com/fenceguard/fenceguard/token"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/fenceguard/fenceguard/harness/redisserver"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/locks/redislock"
+	"github.com/fenceguard/fenceguard/token"
 )
 
 // TestRedisSequencerForger: with the sequencer check on redislock, a forger
@@ -18,7 +19,7 @@ import (
 // gets through.
 func TestRedisSequencerForger(t *testing.T) {
 	ctx := context.Background()
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := rdb(t, db.Addr)
 	l, _ := redislock.New(c, redislock.Options{Prefix: db.Prefix})
 	defer l.Close()
@@ -66,7 +67,7 @@ func TestRedisSequencerForger(t *testing.T) {
 // token above the new holder's is refused, not admitted from the cache.
 func TestSequencerCacheAfterCounterRecovery(t *testing.T) {
 	ctx := context.Background()
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := rdb(t, db.Addr)
 	l, _ := redislock.New(c, redislock.Options{Prefix: db.Prefix})
 	defer l.Close()
@@ -112,8 +113,8 @@ func TestSequencerCacheAfterCounterRecovery(t *testing.T) {
 // accepts nothing.
 func TestRedisFenceThroughReplica(t *testing.T) {
 	ctx := context.Background()
-	m := servers.NewRedis(t)
-	rep := servers.NewRedisReplica(t, m)
+	m := redisserver.New(t)
+	rep := redisserver.NewReplica(t, m)
 	if err := rep.WaitSynced(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -48,8 +48,8 @@ func checkSequencer(t *testing.T, ctx context.Context, name string, seq token.Se
 // replica's clock floor (which is above the holder's token).
 func TestSequencerRefusesPlainReplica(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	m := servers.NewRedis(t)
-	r := servers.NewRedisReplica(t, m)
+	m := redisserver.New(t)
+	r := redisserver.NewReplica(t, m)
 	mc := newClient(t, m.Addr())
 	rc := newClient(t, r.Replica.Addr())
 	if err := r.Link.Cut(); err != nil {
@@ -84,7 +84,7 @@ func TestSequencerRefusesPlainReplica(t *testing.T) {
 // RouteByLatency (which send read-only commands to replicas).
 func TestSequencerSentinelReplicaRouting(t *testing.T) {
 	ctx := itest.Ctx(t, 30*time.Second)
-	s := servers.NewRedisSentinel(t)
+	s := redisserver.NewSentinel(t)
 	opts := func() *redis.FailoverOptions {
 		return &redis.FailoverOptions{MasterName: s.MasterName(), SentinelAddrs: s.SentinelAddrs(), MaxRetries: -1}
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -48,7 +48,7 @@ type env struct {
 
 func newEnv(t *testing.T, o redislock.Options) *env {
 	t.Helper()
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := client(t, db.Addr)
 	p := db.Prefix + "lk:"
 	return &env{t: t, c: c, l: locker(t, c, p, o), prefix: p}
@@ -604,8 +604,8 @@ func TestRedisAbandonedAcquiresOnHealedKey(t *testing.T) {
 // cut, a grant only the old master saw, the replica promoted: the next
 // token is larger than the lost one, never equal.
 func TestRedisFailoverLosesHealedGrantTokenGrows(t *testing.T) {
-	m := servers.NewRedis(t)
-	r := servers.NewRedisReplica(t, m)
+	m := redisserver.New(t)
+	r := redisserver.NewReplica(t, m)
 	cm, cr := client(t, m.Addr()), client(t, r.Replica.Addr())
 	ctx := itest.Ctx(t, 25*time.Second)
 	const p = "fo:"

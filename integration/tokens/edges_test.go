@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
@@ -44,7 +44,7 @@ var edges = []token.Token{
 // floor passes it (at once for the last edge, 2 µs below it).
 func TestRedisTokenEdges(t *testing.T) {
 	ctx := context.Background()
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := rdb(t, db.Addr)
 	l, err := redislock.New(c, redislock.Options{Prefix: db.Prefix})
 	if err != nil {
@@ -108,7 +108,7 @@ func TestRedisTokenEdges(t *testing.T) {
 // TestRedlockTokenEdges: the same for redlock over 5 nodes.
 func TestRedlockTokenEdges(t *testing.T) {
 	ctx := context.Background()
-	dbs := servers.RedisN(t, 5)
+	dbs := redisserver.SharedN(t, 5)
 	var nodes []redlock.Client
 	for _, d := range dbs {
 		nodes = append(nodes, rdb(t, d.Addr))

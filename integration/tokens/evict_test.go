@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
@@ -37,7 +37,7 @@ func evicted(t *testing.T, c *redis.Client) int64 {
 // see TestRedisOffsetStrippedRepeatsTokenAcrossFailover).
 func TestRedisEvictionKeepsOffsetWithCounter(t *testing.T) {
 	ctx := itest.Ctx(t, 30*time.Second)
-	s := servers.NewRedis(t)
+	s := redisserver.New(t)
 	c := newClient(t, s.Addr())
 	l := newLocker(t, c, redislock.Options{Prefix: "ev:"})
 	const locksN = 300

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
@@ -55,8 +55,8 @@ func newLocker(t *testing.T, c redislock.Client, o redislock.Options) *redislock
 // grant there. It returns both tokens and whether a fence admitted both.
 func healFailover(t *testing.T, dropOffset bool) (t1, t2 token.Token, bothAdmitted bool) {
 	ctx := itest.Ctx(t, 30*time.Second)
-	m := servers.NewRedis(t)
-	r := servers.NewRedisReplica(t, m)
+	m := redisserver.New(t)
+	r := redisserver.NewReplica(t, m)
 	mc := newClient(t, m.Addr())
 	prefix := "r19b:"
 	key := "healed"
@@ -138,7 +138,7 @@ func TestRedisHealedTokenGrowsAcrossFailover(t *testing.T) {
 // exactly.
 func TestRedisHealCeiling(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	for _, to := range []token.Token{redislock.MaxToken, redislock.MaxToken + 1, ^token.Token(0)} {
@@ -195,7 +195,7 @@ func TestRedisHealCeiling(t *testing.T) {
 // unit and keep growing.
 func TestRedisHealExactAbove2to53(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	for i, to := range []token.Token{1<<53 + 1, 1<<60 + 3, redislock.MaxToken - 1_000_000_007} {
@@ -245,7 +245,7 @@ func TestRedisHealExactAbove2to53(t *testing.T) {
 // retry heals, from a transient error; nothing is granted.
 func TestRedisCorruptCounterTypedError(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	cases := []struct{ suffix, val string }{
@@ -297,7 +297,7 @@ func TestRedisCorruptCounterTypedError(t *testing.T) {
 // the token held, not the bare clock below it.
 func TestRedisIssuedAtLeastHealedTokenAfterIdle(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix, CounterIdle: time.Second})
 	h := nowMicros(t, ctx, c) + 1_000_000_000_000
@@ -325,7 +325,7 @@ func TestRedisIssuedAtLeastHealedTokenAfterIdle(t *testing.T) {
 // a heal returned is above the healed value.
 func TestRedisHealRacingAcquire(t *testing.T) {
 	ctx := itest.Ctx(t, 25*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	base := nowMicros(t, ctx, c)
@@ -432,7 +432,7 @@ func TestRedisHealRacingAcquire(t *testing.T) {
 // Heal to the mark restores growth, the documented fall-back.
 func TestRedisCounterLostRefusedAsStale(t *testing.T) {
 	ctx := itest.Ctx(t, 10*time.Second)
-	db := servers.Redis(t)
+	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
 	h := nowMicros(t, ctx, c) + 1_000_000_000_000
@@ -480,8 +480,8 @@ func TestRedisCounterLostRefusedAsStale(t *testing.T) {
 // and locks the stale holder out — the recovery the package doc describes.
 func TestRedisLostHealRefusedAsStaleThenHealed(t *testing.T) {
 	ctx := itest.Ctx(t, 20*time.Second)
-	m := servers.NewRedis(t)
-	r := servers.NewRedisReplica(t, m)
+	m := redisserver.New(t)
+	r := redisserver.NewReplica(t, m)
 	mc := newClient(t, m.Addr())
 	lm := newLocker(t, mc, redislock.Options{})
 	if err := r.Link.Cut(); err != nil {

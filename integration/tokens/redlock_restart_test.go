@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -50,7 +50,7 @@ const (
 func runRedlockRestart(t *testing.T, heal healMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dbs := servers.RedisN(t, 5)
+	dbs := redisserver.SharedN(t, 5)
 	var raw []*redis.Client
 	var nodes []redlock.Client
 	for _, d := range dbs {
@@ -66,10 +66,17 @@ func runRedlockRestart(t *testing.T, heal healMode) {
 	t.Cleanup(func() { _ = l.Close() })
 	const key = "k"
 	lockKey, counter := prefix+"{"+key+"}", prefix+"{"+key+"}:tok" // counter: "c" or "c:offset"
+	// healTook bounds how far apart the nodes read their clocks for the
+	// heal's offsets (target − clock): B must come at least that long
+	// after A for the clock + offset of nodes 3 and 4 to have grown past
+	// A's, as it has when a node really restarts.
+	var healTook time.Duration
 	if heal != notHealed {
+		start := time.Now()
 		if err := l.Heal(ctx, key, token.Token(time.Now().Add(time.Minute).UnixMicro())); err != nil {
 			t.Fatal(err)
 		}
+		healTook = time.Since(start)
 	}
 	if heal == healedNoOffset {
 		for _, c := range raw {
@@ -99,6 +106,7 @@ func runRedlockRestart(t *testing.T, heal healMode) {
 	if err := fence.Claim(ctx, "res", a.Token()); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(healTook + time.Millisecond)
 	b, err := l.TryAcquire(ctx, key, 20*time.Second)
 	if err != nil {
 		t.Fatalf("B, on nodes 2–4: %v", err)

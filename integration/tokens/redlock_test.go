@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
@@ -30,7 +30,7 @@ type rl struct {
 
 func newRL(t *testing.T) *rl {
 	t.Helper()
-	dbs := servers.RedisN(t, 5)
+	dbs := redisserver.SharedN(t, 5)
 	r := &rl{t: t, prefix: dbs[0].Prefix + "rl:"}
 	for _, db := range dbs {
 		c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})

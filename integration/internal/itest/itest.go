@@ -20,7 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 )
 
 var defects = flag.Bool("fenceguard.defects", false, "also run the tests of known defects (they fail until the defect is fixed)")
@@ -30,7 +30,7 @@ var defects = flag.Bool("fenceguard.defects", false, "also run the tests of know
 // frozen or killed server) are dropped.
 func Main(m *testing.M) {
 	redis.SetLogger(quietRedis{})
-	servers.Main(m)
+	harness.Main(m)
 }
 
 // KnownDefect marks t as the test of a defect not fixed yet, what saying in
@@ -52,7 +52,7 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 
 // Pause freezes s (SIGSTOP) and thaws it when t ends, before the harness
 // tears it down.
-func Pause(t testing.TB, s *servers.Server) {
+func Pause(t testing.TB, s *harness.Server) {
 	t.Helper()
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func Pause(t testing.TB, s *servers.Server) {
 }
 
 // Resume thaws s.
-func Resume(t testing.TB, s *servers.Server) {
+func Resume(t testing.TB, s *harness.Server) {
 	t.Helper()
 	if err := s.Resume(); err != nil {
 		t.Fatal(err)
