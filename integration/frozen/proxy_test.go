@@ -44,9 +44,9 @@ var proxiedBackends = []proxied{
 	}},
 }
 
-// TestGuardBlackholedKeepAlive: the keep-alive's connection
-// blackholed (open, nothing answered): the lease context is cancelled by
-// the lease's local deadline with a cause wrapping guard.ErrLost whose reason is
+// TestGuardBlackholedKeepAlive: the keep-alive's connection blackholed
+// (open, nothing answered): the lease context is cancelled by the lease's
+// local deadline with a cause wrapping guard.ErrLost whose reason is
 // ErrDeadline; a renewal failure is observed first.
 func TestGuardBlackholedKeepAlive(t *testing.T) {
 	for _, b := range proxiedBackends {

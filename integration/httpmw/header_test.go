@@ -16,8 +16,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// TestHTTPHeaderParsing: strict header parsing. Only one spelling per token reaches the
-// handler; everything else is refused and moves no mark.
+// TestHTTPHeaderParsing: strict header parsing. Only one spelling per token
+// reaches the handler; everything else is refused and moves no mark.
 func TestHTTPHeaderParsing(t *testing.T) {
 	fence := &token.MemoryFence{Check: token.NoCheck()}
 	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.ChiParam("sku"), Fence: fence, Check: token.NoCheck()})
@@ -60,8 +60,8 @@ func TestHTTPHeaderParsing(t *testing.T) {
 	t.Logf("%d of %d header forms answered as expected", ok, len(cases))
 }
 
-// TestHTTPTransportKeyMapping: the Transport sends a lease's token only to its own resource,
-// whatever spelling of the path or Host the request uses.
+// TestHTTPTransportKeyMapping: the Transport sends a lease's token only to
+// its own resource, whatever spelling of the path or Host the request uses.
 func TestHTTPTransportKeyMapping(t *testing.T) {
 	got := make(chan string, 16)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,8 +108,9 @@ func TestHTTPTransportKeyMapping(t *testing.T) {
 	t.Logf("token sent on %d requests, each to sku:42", sent)
 }
 
-// TestHTTPMemlockSequencer: memlock's sequencer through the middleware: a forger cannot raise
-// the mark above the holder, not even with another key's later token.
+// TestHTTPMemlockSequencer: memlock's sequencer through the middleware: a
+// forger cannot raise the mark above the holder, not even with another key's
+// later token.
 func TestHTTPMemlockSequencer(t *testing.T) {
 	ctx := context.Background()
 	l := memlock.New()

@@ -310,14 +310,15 @@ func TestClusterHealedTokenGrowsAcrossFailover(t *testing.T) {
 	}
 }
 
-// TestClusterFenceReplicasAcrossKillFailover: FenceOptions.Replicas on a Cluster. A claim made while the mark's
-// master cannot replicate (its link blackholed) is refused with a
-// ReplicaError, and the claim acknowledged before it survives the master's
-// kill-failover: a lower token is refused after. Control, in the same
-// failover: a Fence without Replicas acknowledges the claim the failover
-// then loses, and a lower token is admitted after the higher one was
-// acknowledged. Also checked: a claim with Replicas while the mark's slot is
-// mid-migration (ASK) is acknowledged and is the mark after the move.
+// TestClusterFenceReplicasAcrossKillFailover: FenceOptions.Replicas on a
+// Cluster. A claim made while the mark's master cannot replicate (its link
+// blackholed) is refused with a ReplicaError, and the claim acknowledged
+// before it survives the master's kill-failover: a lower token is refused
+// after. Control, in the same failover: a Fence without Replicas
+// acknowledges the claim the failover then loses, and a lower token is
+// admitted after the higher one was acknowledged. Also checked: a claim with
+// Replicas while the mark's slot is mid-migration (ASK) is acknowledged and
+// is the mark after the move.
 func TestClusterFenceReplicasAcrossKillFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -550,10 +550,10 @@ func TestRedisConcurrentHealedKeyFence(t *testing.T) {
 	}
 }
 
-// TestRedisAbandonedAcquiresOnHealedKey: Acquires queued behind a holder of a healed
-// key give up (their contexts end) at random moments around the release:
-// the lock never stays stuck with an orphan grant past a short wait, and
-// the tokens keep growing.
+// TestRedisAbandonedAcquiresOnHealedKey: Acquires queued behind a holder of
+// a healed key give up (their contexts end) at random moments around the
+// release: the lock never stays stuck with an orphan grant past a short
+// wait, and the tokens keep growing.
 func TestRedisAbandonedAcquiresOnHealedKey(t *testing.T) {
 	e := newEnv(t, redislock.Options{WaiterTTL: 300 * time.Millisecond})
 	ctx := itest.Ctx(t, 25*time.Second)
@@ -600,9 +600,9 @@ func TestRedisAbandonedAcquiresOnHealedKey(t *testing.T) {
 	}
 }
 
-// TestRedisFailoverLosesHealedGrantTokenGrows: a healed key (d large), replication
-// cut, a grant only the old master saw, the replica promoted: the next
-// token is larger than the lost one, never equal.
+// TestRedisFailoverLosesHealedGrantTokenGrows: a healed key (d large),
+// replication cut, a grant only the old master saw, the replica promoted:
+// the next token is larger than the lost one, never equal.
 func TestRedisFailoverLosesHealedGrantTokenGrows(t *testing.T) {
 	m := redisserver.New(t)
 	r := redisserver.NewReplica(t, m)
