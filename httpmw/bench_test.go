@@ -46,13 +46,14 @@ func heldLocker(b *testing.B) *memlock.Locker {
 	return l
 }
 
-// The same chi route, bare and behind the middleware with a MemoryFence.
+// The same route on http.ServeMux, bare and behind the middleware with a
+// MemoryFence (on chi: integration/httpchi).
 // Every request carries the same valid token, so every claim succeeds (an
 // equal token is accepted): the success path, which is the one that
 // matters. The difference between bare and fenced is the overhead.
 //
-//	go test -run '^$' -bench 'ChiRoute' -benchmem -count 10 ./httpmw/
-func BenchmarkChiRoute(b *testing.B) {
+//	go test -run '^$' -bench 'MuxRoute' -benchmem -count 10 ./httpmw/
+func BenchmarkMuxRoute(b *testing.B) {
 	fenced := func(o httpmw.Options) http.Handler {
 		fence := &token.MemoryFence{Check: o.Check} // the same check in the fence, as a user would
 		o.Resource, o.Fence = httpmw.PathValue("sku"), fence
@@ -103,7 +104,7 @@ func BenchmarkChiRoute(b *testing.B) {
 }
 
 // The same on both cores, each goroutine on its own keys.
-func BenchmarkChiRouteParallel(b *testing.B) {
+func BenchmarkMuxRouteParallel(b *testing.B) {
 	var fence token.MemoryFence
 	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("sku"), Fence: &fence})
 	if err != nil {
