@@ -12,13 +12,13 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
-	"github.com/fenceguard/fenceguard/integration/embedetcd"
+	"github.com/fenceguard/fenceguard/harness/etcdembed"
 )
 
 func benchServer(b *testing.B) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := embedetcd.Start(ctx, embedetcd.Options{}) // fsync on
+	s, err := etcdembed.Start(ctx, etcdembed.Options{}) // fsync on
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,11 +7,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -46,7 +46,7 @@ func clients(b *testing.B, eps []string) []*clientv3.Client {
 // concurrency.Mutex (a session per worker — a Mutex's key is its session's
 // lease, so two workers on one session and key would both hold it — over
 // 8 clients) doing peer.
-func manyPeers(b *testing.B, db *servers.EtcdDB, sub string, fg, peer work) []lockbench.KeyPeer {
+func manyPeers(b *testing.B, db *etcdserver.DB, sub string, fg, peer work) []lockbench.KeyPeer {
 	const ttl = 10 * time.Second
 	fgPeer := lockbench.KeyPeer{Name: "fenceguard"}
 	for _, c := range clients(b, db.Endpoints) {
@@ -78,7 +78,7 @@ func manyPeers(b *testing.B, db *servers.EtcdDB, sub string, fg, peer work) []lo
 	return []lockbench.KeyPeer{fgPeer, mutex}
 }
 
-func pid(db *servers.EtcdDB) int {
+func pid(db *etcdserver.DB) int {
 	if db.Server == nil {
 		return 0
 	}
@@ -93,7 +93,7 @@ func pid(db *servers.EtcdDB) int {
 // 500ms per round).
 func BenchmarkManyKeysPG(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
-	db := servers.Etcd(b)
+	db := etcdserver.Shared(b)
 	fgRows := pgbench.NewRows(b, pool, "items_fg")
 	peerRows := pgbench.NewRows(b, pool, "items_peer")
 	plain := func(ctx context.Context, key int, _ token.Token) error { return peerRows.Plain(ctx, key) }
@@ -115,7 +115,7 @@ func BenchmarkManyKeysPG(b *testing.B) {
 // 8 clients each looping a Put of a key drawn alike. A lock cycle is at
 // least two writes (acquire, release).
 func BenchmarkManyKeysLock(b *testing.B) {
-	db := servers.Etcd(b)
+	db := etcdserver.Shared(b)
 	peers := manyPeers(b, db, "", nil, nil)
 	put := lockbench.KeyPeer{Name: "etcd-put", Ceiling: true}
 	// The bare two writes of a lock cycle: a Put and a Delete of a key of

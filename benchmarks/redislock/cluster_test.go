@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
@@ -22,8 +22,8 @@ import (
 // the rounds (each peer runs 500ms per round).
 func BenchmarkManyKeysCluster(b *testing.B) {
 	const ttl = 10 * time.Second
-	cl := servers.NewRedisCluster(b, 3, 0)
-	one := servers.NewRedis(b)
+	cl := redisserver.NewCluster(b, 3, 0)
+	one := redisserver.New(b)
 	var pids []int
 	for _, s := range append(cl.Nodes, one) {
 		pids = append(pids, s.PID())

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
@@ -78,7 +78,7 @@ func peers() []peer {
 }
 
 func benchClient(b *testing.B) *redis.Client {
-	db := servers.Redis(b)
+	db := redisserver.Shared(b)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, PoolSize: 32})
 	b.Cleanup(func() { _ = c.Close() })
 	return c

@@ -3,11 +3,11 @@ package redislockbench_test
 import (
 	"testing"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 func newLocker(t testing.TB, c redislock.Client, o redislock.Options) *redislock.Locker {
 	t.Helper()

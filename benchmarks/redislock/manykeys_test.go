@@ -18,7 +18,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -92,7 +92,7 @@ func manyPeers(b *testing.B, addr, prefix string, fg, peer work) []lockbench.Key
 // the rounds (each peer runs 500ms per round).
 func BenchmarkManyKeysPG(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
-	db := servers.Redis(b)
+	db := redisserver.Shared(b)
 	fgRows := pgbench.NewRows(b, pool, "items_fg")
 	peerRows := pgbench.NewRows(b, pool, "items_peer")
 	plain := func(ctx context.Context, key int, _ token.Token) error { return peerRows.Plain(ctx, key) }
@@ -119,7 +119,7 @@ var ceilingScript = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 
 // A lock cycle is two writes (acquire, release): 0.5 of the ceiling is a
 // cycle as cheap as two bare writes.
 func BenchmarkManyKeysLock(b *testing.B) {
-	db := servers.Redis(b)
+	db := redisserver.Shared(b)
 	peers := manyPeers(b, db.Addr, db.Prefix, nil, nil)
 	c := manyClient(b, db.Addr)
 	if err := ceilingScript.Load(context.Background(), c).Err(); err != nil {
@@ -149,7 +149,7 @@ func BenchmarkManyKeysLock(b *testing.B) {
 }
 
 // pid is the server's process id, 0 when the harness did not start it.
-func pid(db *servers.RedisDB) int {
+func pid(db *redisserver.DB) int {
 	if db.Server == nil {
 		return 0
 	}

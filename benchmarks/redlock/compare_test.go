@@ -16,13 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
 func benchNodes(b *testing.B) []*redis.Client {
 	var cs []*redis.Client
-	for _, db := range servers.RedisN(b, 5) {
+	for _, db := range redisserver.SharedN(b, 5) {
 		c := redis.NewClient(&redis.Options{Addr: db.Addr, PoolSize: 32, DialerRetries: 1})
 		b.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)

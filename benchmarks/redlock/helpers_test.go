@@ -3,11 +3,11 @@ package redlockbench_test
 import (
 	"testing"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 func newLocker(t testing.TB, cs []redlock.Client, o redlock.Options) *redlock.Locker {
 	t.Helper()

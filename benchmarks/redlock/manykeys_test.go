@@ -17,7 +17,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock/redlock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -33,7 +33,7 @@ func then(w work, key int, t token.Token) func(context.Context) error {
 
 // manyNodes returns clients of their own (pools big enough that no worker
 // waits for a connection) on the five nodes, and the nodes' process ids.
-func manyNodes(b *testing.B, dbs []*servers.RedisDB) ([]*redis.Client, []int) {
+func manyNodes(b *testing.B, dbs []*redisserver.DB) ([]*redis.Client, []int) {
 	var cs []*redis.Client
 	var pids []int
 	for _, db := range dbs {
@@ -47,7 +47,7 @@ func manyNodes(b *testing.B, dbs []*servers.RedisDB) ([]*redis.Client, []int) {
 	return cs, pids
 }
 
-func manyPeers(b *testing.B, dbs []*servers.RedisDB, prefix string, fg, peer work) ([]lockbench.KeyPeer, []int) {
+func manyPeers(b *testing.B, dbs []*redisserver.DB, prefix string, fg, peer work) ([]lockbench.KeyPeer, []int) {
 	const ttl = 10 * time.Second
 	fgClients, pids := manyNodes(b, dbs)
 	var nodes []redlock.Client
@@ -88,7 +88,7 @@ func manyPeers(b *testing.B, dbs []*servers.RedisDB, prefix string, fg, peer wor
 // -benchtime Nx sets the rounds (each peer runs 500ms per round).
 func BenchmarkManyKeysPG(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
-	dbs := servers.RedisN(b, 5)
+	dbs := redisserver.SharedN(b, 5)
 	fgRows := pgbench.NewRows(b, pool, "items_fg")
 	peerRows := pgbench.NewRows(b, pool, "items_peer")
 	plain := func(ctx context.Context, key int, _ token.Token) error { return peerRows.Plain(ctx, key) }
@@ -108,7 +108,7 @@ func BenchmarkManyKeysPG(b *testing.B) {
 // BenchmarkManyKeysLock: the same cycles with nothing in the critical
 // section. (No ceiling here: redislock's benchmark measures one node's.)
 func BenchmarkManyKeysLock(b *testing.B) {
-	dbs := servers.RedisN(b, 5)
+	dbs := redisserver.SharedN(b, 5)
 	peers, pids := manyPeers(b, dbs, dbs[0].Prefix, nil, nil)
 	for _, d := range []lockbench.Dist{lockbench.Uniform, lockbench.Zipf} {
 		b.Run(d.Name, func(b *testing.B) { lockbench.CompareManyKeys(b, peers, d, pids...) })

@@ -3,11 +3,11 @@ package zklockbench_test
 import (
 	"testing"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 type quiet struct{}
 

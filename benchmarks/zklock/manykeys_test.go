@@ -19,7 +19,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
 	"github.com/fenceguard/fenceguard/benchmarks/internal/pgbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/zkserver"
 	"github.com/fenceguard/fenceguard/locks/zklock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -39,7 +39,7 @@ func then(w work, key int, t token.Token) func(context.Context) error {
 
 // manyPeers returns fenceguard (8 Lockers, a session each) doing fg and
 // zk.Lock (8 connections) doing peer.
-func manyPeers(b *testing.B, db *servers.ZK, sub string, fg, peer work) []lockbench.KeyPeer {
+func manyPeers(b *testing.B, db *zkserver.DB, sub string, fg, peer work) []lockbench.KeyPeer {
 	const ttl = 10 * time.Second
 	fgPeer := lockbench.KeyPeer{Name: "fenceguard"}
 	lockPeer := lockbench.KeyPeer{Name: "zk.Lock"}
@@ -76,7 +76,7 @@ func manyPeers(b *testing.B, db *servers.ZK, sub string, fg, peer work) []lockbe
 	return []lockbench.KeyPeer{fgPeer, lockPeer}
 }
 
-func pid(db *servers.ZK) int {
+func pid(db *zkserver.DB) int {
 	if db.Server == nil {
 		return 0
 	}
@@ -91,7 +91,7 @@ func pid(db *servers.ZK) int {
 // per round).
 func BenchmarkManyKeysPG(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
-	db := servers.ZooKeeper(b)
+	db := zkserver.Shared(b)
 	fgRows := pgbench.NewRows(b, pool, "items_fg")
 	peerRows := pgbench.NewRows(b, pool, "items_peer")
 	plain := func(ctx context.Context, key int, _ token.Token) error { return peerRows.Plain(ctx, key) }
@@ -115,7 +115,7 @@ func BenchmarkManyKeysPG(b *testing.B) {
 // 8 connections each looping setData on the znode of a key drawn alike. A
 // lock cycle is at least two writes (create, delete).
 func BenchmarkManyKeysLock(b *testing.B) {
-	db := servers.ZooKeeper(b)
+	db := zkserver.Shared(b)
 	peers := manyPeers(b, db, "", nil, nil)
 	set := lockbench.KeyPeer{Name: "zk-setdata", Ceiling: true}
 	// The bare two writes of a lock cycle: an ephemeral sequential child

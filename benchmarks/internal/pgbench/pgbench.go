@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceguard/fenceguard/benchmarks/internal/lockbench"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -22,7 +22,7 @@ import (
 // fence_tokens migrated, and the server's process id (0 when the harness
 // did not start it).
 func Pool(b *testing.B) (*pgxpool.Pool, int) {
-	pg := servers.Postgres(b)
+	pg := pgserver.Shared(b)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
 	if err != nil {
