@@ -10,8 +10,8 @@ import (
 )
 
 // CurrentWithoutShebang runs the Sequencer's script without its masterOnly
-// shebang — the script as it was before the Sequencer refused replicas —
-// for the control of TestSequencerRefusesReplica.
+// shebang, which a replica runs: the control of the test that the
+// Sequencer refuses replicas.
 func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key string) (string, error) {
 	src := reflect.ValueOf(currentScript).Elem().FieldByName("src").String()
 	if !strings.HasPrefix(src, masterOnly) {
@@ -22,8 +22,8 @@ func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key st
 }
 
 // OneSubscriber gives a fresh l the notifier of a plain client — one
-// subscriber on whichever node — for the control of
-// TestClusterWaitersListenOnTheirMaster.
+// subscriber on whichever node — for the control of the test that waiters
+// listen on their lock's master.
 func OneSubscriber(l *Locker) {
 	l.notify.Close()
 	l.notify = subscriber(l.client)

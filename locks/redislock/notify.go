@@ -66,10 +66,8 @@ var notifierLinger = 10 * time.Second
 // the channel's slot — the master whose scripts publish on it (a lock's
 // channel shares its keys' hash tag): one subscriber per master. A Cluster
 // delivers a PUBLISH to the publishing node's subscribers at once and to
-// every other node's over the cluster bus, which under many contended keys
-// delayed hand-overs by hundreds of milliseconds (the many-keys
-// benchmark's Zipf run on three masters: 0.10–0.17× one node's cycles/s,
-// acquire p99 0.4s, with one subscriber on whichever node).
+// every other node's over the cluster bus, a hop that under many contended
+// keys delays hand-overs (docs/design.md, "redislock").
 //
 // Routing is an optimisation, never a condition of correctness: the
 // channels are ordinary (not sharded) ones, so a message reaches a

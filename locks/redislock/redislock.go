@@ -30,14 +30,10 @@ type Client interface {
 // millisecond resolution.
 const minTTL = time.Millisecond
 
-// MaxToken is the ceiling of redislock's tokens, 2^63−1 (so every token
-// fits a signed 64-bit column, PostgreSQL's bigint among them). The scripts
-// treat tokens as decimal strings, exact over the whole range; a grant that
-// would go past MaxToken fails with an error wrapping a [*token.RangeError]
-// instead. The clock floor is far below it (about 2^50.6 in 2026): only
-// [Locker.Heal] can bring a counter near it, and a healed key's tokens run
-// ahead of the clock by a fixed offset, so they reach the ceiling
-// (MaxToken − healed value) µs after the heal.
+// MaxToken is the ceiling of redislock's tokens, 2^63−1, so that every
+// token fits a signed 64-bit column (PostgreSQL's bigint among them). A
+// grant that would pass it fails with an error wrapping a
+// [*token.RangeError]; only [Locker.Heal] brings a counter near it.
 const MaxToken = token.MaxInt64
 
 // maxHeal is the largest target Heal accepts.
@@ -399,30 +395,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // is above it. Call it with [token.StaleError.Current] when a resource
 // refused a token because the counter went back (lost with a restart, and
 // the server clock behind the resource's high-water). It returns the
-// counter after healing. Targets above MaxToken − 1 are refused
-// with an error wrapping both [locks.ErrInvalidArgument] and a [*token.RangeError],
+// counter after healing. Targets above MaxToken − 1 are refused with an
+// error wrapping both [locks.ErrInvalidArgument] and a [*token.RangeError],
 // and change nothing.
 //
-// When the counter ends up above the server clock, Heal also records the
-// heal offset d = counter − now (in the counter's key, "counter:d", with
-// its idle expiry; d never decreases), and from then on tokens are
-// max(counter + 1, now + d): healed tokens keep growing with the clock,
-// d ahead of it, instead of counting up from the healed value. That is
-// what keeps them growing across a failover that loses a grant: the new
-// master has the offset (the heal had replicated), its clock reads later
-// than the old master's did at the lost grant, so its next token is above
-// the lost one — the argument of the clock floor, shifted by d. (Were the
-// tokens counter + 1, the new master would mint the lost grant's token
-// again for the next holder, and a fence admits an equal token as the
-// same holder: two holders admitted.) Should the heal itself be lost with
-// a failover, the new master's tokens fall back below the healed value:
-// the resource refuses them as stale (safe), and the holder heals again.
-//
-// A healed key's tokens therefore reach [MaxToken] (MaxToken − counter) µs
-// after the heal; grants then fail with a [*token.RangeError] until an
-// operator deletes the counter's key (see the package doc). Lockers of
-// versions without the offset read "counter:d" as malformed and grant
-// nothing: upgrade every client of a lock together.
+// A healed key's tokens keep growing with the server clock, ahead of it by
+// the heal's lead (stored with the counter), also across a failover that
+// loses a grant. They reach [MaxToken] (MaxToken − counter) µs after the
+// heal; grants then fail with a [*token.RangeError] until an operator
+// deletes the counter's key, <prefix>{<key>}:tok. A heal lost with a
+// failover brings tokens back below the mark: the resource refuses them
+// as stale, and the holder heals again.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: heal: empty key", locks.ErrInvalidArgument)

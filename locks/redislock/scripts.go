@@ -41,15 +41,6 @@ import (
 // MaxToken. Lua numbers serve only what is not a token: the clock in ms
 // and µs, TTLs.
 
-// A release with waiters queued hands the lock over directly: it grants
-// it to the first live waiter — sets the lock key to "<waiter id>|<token>"
-// for the waiter's TTL and mints the token — and publishes the same
-// string. The waiter holds the lock the moment its wake-up arrives, without
-// another round trip, and a newcomer cannot barge in ahead of the queue.
-// (It can when a holder's lease expires without a release: then the first
-// to try wins.) Queue members are "id|ttl ms", so the release knows the
-// TTL.
-
 //go:embed lua/*.lua
 var luaFiles embed.FS
 

@@ -19,72 +19,23 @@ import (
 // need not run a [Locker] — and holds nothing to close. It is safe for
 // concurrent use.
 //
-// [Sequencer.Current] answers, in one round trip (one script on the lock's
-// node):
-//
-//   - while the lock is held, the token of the grant that holds it — the
-//     lock's value carries it;
-//   - while it is free, the key's token counter, or the clock floor when
-//     that is larger: the server clock in µs plus the key's heal offset d
-//     (0 unless [Locker.Heal] raised the counter above the clock), at most
-//     [MaxToken]. That is at least every token granted so far (the counter
-//     is the last one minted; a counter that was lost or expired was at
-//     most the floor when it was written) and at most the next grant's,
-//     which is max(counter + 1, floor).
-//
-// Waiters have no token until a release hands them the lock (it mints the
-// token then), so a resource that refuses tokens above the answer refuses
-// every token that was not granted yet: a forger can at most act as the
-// current holder, never lock out the queue.
-//
-// # Why answers never decrease
-//
-// On one Redis node the answers for a key form a sequence that does not go
-// down, on the same assumption as the tokens themselves (see "What the
-// token guarantees" in the package doc):
-//
-//   - held, then handed over or granted again: the next grant's token is
-//     max(counter + 1, floor), above the counter, which is at least the
-//     previous holder's token;
-//   - held, then free (released, or expired): the counter is still at
-//     least the last holder's token, and the floor only grows (the clock
-//     does, and the offset never decreases);
-//   - free, then held: the grant's token is max(counter + 1, floor) at a
-//     later instant, at least the earlier max(counter, floor);
-//   - the counter lost (restart without persistence, FLUSHALL, CounterIdle
-//     expiry) or healed: the answer is at least the floor, and every token
-//     minted from the floor is below a later reading of it; a heal only
-//     raises the counter and the offset.
-//
-// What breaks it is what breaks the tokens: a counter and offset that ran
-// ahead of the clock (by [Locker.Heal]) lost while the clock is still
-// behind them, a
-// server clock stepped back, or a failover to a replica that had not
-// received the last grants (it can bring back an older holder's lock
-// value, and so an older holder's token, until that grant ends).
-// [token.SequencerCheck] caches the largest answer it has seen, so such a
-// dip only refuses tokens it had not admitted before.
-//
-// # The master only
+// [Sequencer.Current] answers, in one round trip: while the lock is held,
+// the holder's token; while it is free, the key's counter or the clock
+// floor (server clock in µs plus the heal offset), whichever is larger —
+// at least every token granted and at most the next. Waiters have no token
+// until a release hands them the lock, so the check refuses every token
+// not granted yet. The answers for a key do not decrease, on the tokens'
+// assumptions (see the package doc); a failover to a replica that had not
+// received the last grants can bring an answer back down until that grant
+// ends, and the check's cache then only refuses.
 //
 // Give it a client of the master: a [*redis.Client] on the master's
 // address, a Sentinel failover client (not ReplicaOnly), or a
-// [*redis.ClusterClient] (it sends scripts to masters). A replica's copy
-// lags: while the grant has not reached it, a replica sees the lock free
-// and would answer its clock, above the holder's token, and a forged token
-// in between would pass the check and lock the holder out. So the
-// Sequencer never answers from a replica: its script starts with a
-// "#!lua" shebang without the no-writes flag, which Redis 7 treats as a
-// script that may write and refuses on a read-only replica (READONLY)
-// before it runs. Current then fails with an error wrapping
-// [ErrReplica], and [token.SequencerCheck] refuses the claim. This needs
-// Redis 7.0 or later; Redis 6.2 does not know the shebang and fails the
-// script (a compile error), so the Sequencer fails safe there and answers
-// nothing. A replica with replica-read-only no is not refused (Redis runs
-// any script there): do not point a Sequencer at one. The same shebang
-// makes Redis apply its rules for writing scripts: on a master short of
-// min-replicas-to-write, or over maxmemory with noeviction, Current fails
-// (NOREPLICAS, OOM) rather than answer.
+// [*redis.ClusterClient]. Its script is refused on a read-only replica
+// (Current fails with [ErrReplica]) and needs Redis 7.0 or later; on 6.2
+// it answers nothing. Never point it at a replica with replica-read-only
+// no. On a master short of min-replicas-to-write, or over maxmemory with
+// noeviction, Current fails rather than answer.
 type Sequencer struct {
 	client redis.Scripter
 	prefix string

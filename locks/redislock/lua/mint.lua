@@ -1,7 +1,7 @@
 -- mint sets the counter to the next token, max(counter + 1, now + d), d
 -- the heal offset ('0' when none), and raises d when the token came from
 -- counter + 1 above the clock, so that the next floor is above it again.
--- (Why the offset: docs/design.md, "Redis: the heal offset".) Needs
+-- (Why the offset: docs/design.md, "redislock".) Needs
 -- decimal.lua.
 --
 -- It returns the new token, or nil and why not: 'range' when the

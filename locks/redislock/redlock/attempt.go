@@ -11,7 +11,7 @@ import (
 
 // attempt is the bookkeeping of one try at a quorum: which nodes granted
 // their lock, what counters they reported, which acknowledged the token's
-// write-back. It holds no I/O, so the tests drive it through simulated
+// write-back. It holds no I/O, so a simulation can drive it through
 // interleavings exactly as the Locker drives it through real nodes.
 type attempt struct {
 	n, quorum int

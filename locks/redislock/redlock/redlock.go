@@ -598,15 +598,13 @@ const maxHeal = token.MaxInt64 - 1
 // [token.StaleError.Current] when a resource refused a token because
 // counters were lost and clocks went back. A target of zero or above
 // [token.MaxInt64] − 1 is refused with an error wrapping
-// [locks.ErrInvalidArgument] (and, above it, a [*token.RangeError]) before any node is touched. A
-// node's malformed counter ([CounterError]) is replaced by max(to, the
-// node's clock in µs).
+// [locks.ErrInvalidArgument] (and, above it, a [*token.RangeError]) before
+// any node is touched. A node's malformed counter ([CounterError]) is
+// replaced by max(to, the node's clock in µs).
 //
-// Heal also raises each node's clock offset to the target's lead over the
-// node's clock (read just before, in a round trip of its own), so healed
-// tokens grow with the clock: clock + lead, not the healed counter + 1
-// (see "The clock offset" in the package doc). A key healed to v has
-// tokens for about (token.MaxInt64 − v) µs.
+// Healed tokens keep growing with the clocks, ahead of them by the heal's
+// lead (stored with each node's counter): a key healed to v has tokens for
+// about (token.MaxInt64 − v) µs.
 func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 	switch {
 	case key == "":

@@ -42,69 +42,24 @@ func NewSequencer(nodes []Client, prefix string) *Sequencer {
 // for at most a second, what it holds for key — the lock's value, which
 // carries the grant's token once written back, and the counter — and needs
 // answers from a majority, else it returns a [*QuorumError]. Its cost is
-// one parallel round trip to every node; [token.SequencerCheck] caches the
-// answers, so a resource pays it about once per grant, not per access.
+// one parallel round trip; [token.SequencerCheck] caches the answers, so a
+// resource pays it about once per grant.
 //
-// The answer:
+// The answer: the holder's token when one grant's "id|token" is the lock's
+// value on a majority of the nodes; otherwise the k-th largest of the
+// nodes' counters (a node's lock token counts if larger), k the number of
+// nodes reporting one minus n − quorum (with every node reporting, the
+// third largest of five), the largest when k < 1, and 0 when no node has
+// a counter.
 //
-//   - when one grant's "id|token" is the lock's value on a majority of the
-//     nodes: that token, the current holder's;
-//   - otherwise (the lock is free, expired, or being taken): from the
-//     nodes' counters — each node's counter, or the token in its lock's
-//     value if larger — the k-th largest, where k is the number of nodes
-//     that reported one minus the number a majority may leave out
-//     (n − quorum). With every node reporting, k is the quorum: the third
-//     largest of five. When k < 1, the largest; with no counter anywhere,
-//     0 (no grant known: every token is refused).
-//
-// Why. A grant's token is handed out only after its write-back reached a
-// majority W: on each node of W the lock's value became "id|token" and the
-// counter rose to at least the token, in one script. Counters never go
-// down. Write m for the number of nodes that report a counter; a majority
-// has at least quorum − (n − m) = k nodes among them.
-//
-//   - Never below a live holder's token. If a grant holds a majority with
-//     its token, the answer is its token, at least every earlier grant's
-//     (the package's monotonicity argument). Otherwise, each grant handed
-//     out before the reads has its W, a majority: at least k reporting
-//     nodes are in it and report at least its token, and so does the k-th
-//     largest.
-//   - Never above the current holder's when one holds a majority. With its
-//     token on a majority, the answer is that token. While its write-back
-//     is under way the answer comes from counters; with every node
-//     reporting it is the quorum-th largest, so a majority T of nodes
-//     reported at least the answer, and the holder's majority shares a node
-//     r with T. If r was read before the holder's acquire script ran there,
-//     the holder read at least r's value and minted above it; if after, r
-//     reported what the holder read there or the holder's own token (while
-//     a grant holds a node's lock no other grant writes there). A failed
-//     attempt's token, left on a minority by a write-back that did not
-//     reach a majority, is outvoted. (The largest counter would not be:
-//     failed attempts can stack tokens on one minority above what the next
-//     holder, on the other nodes, mints.)
-//   - Never decreasing. Every exact answer a — a holder's token, or the
-//     quorum-th largest with every node reporting — was reported at or
-//     above by a majority T: the holder's W, or the quorum nodes at the
-//     top. A later call finds those counters no lower; at least k of its
-//     reporting nodes are in T, so its k-th largest is at least a. A
-//     holder it finds holds a majority, so a node r of T: if the holder
-//     took r after the first call read it, it read at least a there and
-//     minted above; if before, r reported what the holder read or its
-//     token. Either way the holder's token is at least a.
-//
-// What it assumes, beyond what the tokens assume (see the package doc). A
-// lost counter (a restart without persistence, CounterIdle passed) is
-// absent, not zero: it lowers m, not the answer. The second and third
-// properties are argued with every node reporting a counter. With nodes
-// unreachable or without one, the answer still bounds every live holder,
-// but may stand above the next holder's token — only if failed attempts
-// left tokens on the reporting nodes above what the next holder reads,
-// which the clock floor prevents unless counters were healed above the
-// clock — and a later answer may then be lower. [Locker.Heal] raises
-// counters: until the next grant holds a majority with its token, answers
-// may stand at the heal target. When a majority of nodes lost both lock
-// and counter, the grant they held is lost too; Current may then answer
-// below its token, and the resource refuses its holder (it fails closed).
+// With every node reporting, the answer is never below a live holder's
+// token, never above the current holder's when one holds a majority, and
+// never decreasing (the argument: docs/design.md, "redlock"). With nodes
+// unreachable or without a counter it still bounds every live holder but
+// may stand above the next holder's token, and a later answer may be
+// lower. When a majority of nodes lost lock and counter, the grant they
+// held is lost too, and Current may answer below its token: the resource
+// refuses that holder (it fails closed).
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: sequencer: empty key", locks.ErrInvalidArgument)
