@@ -58,10 +58,11 @@
 // but its leases are lost all the same, and a killed leader ends every
 // session's leases. Waiting acquires ride out a broken connection and queue
 // anew when their session expired. Renew goes through the leader (a sync),
-// so a member cut off from the leader cannot keep a stale holder's lease
-// alive; the loss then comes within about two thirds of the session
-// timeout, before the leader hands the lock on, except by a margin of up
-// to half a server tick explained in docs/design.md.
+// so a member cut off from the leader cannot renew a lease the leader may
+// have expired; the session's leases are then lost within about two thirds
+// of the session timeout. One margin remains: the leader may expire a
+// follower's session up to about half a server tick before a renewal's
+// Deadline (see docs/design.md).
 //
 // # Fence
 //
