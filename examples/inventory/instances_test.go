@@ -19,7 +19,8 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/demo"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -110,8 +111,8 @@ func (in *instance) ready(t *testing.T) {
 // control run oversells, the fenced run never does, and the frozen
 // holder's late write is refused by whichever instance it reaches.
 func TestSeveralInstances(t *testing.T) {
-	pg := servers.Postgres(t)
-	etcd := servers.Etcd(t)
+	pg := pgserver.Shared(t)
+	etcd := etcdserver.Shared(t)
 	lock := backend.LockConfig{Kind: backend.Etcd, Etcd: etcd.Endpoints, Prefix: etcd.Prefix}
 	const n = 3
 	start := func(extra ...string) []*instance {
@@ -257,7 +258,7 @@ func hammer(base string, tok token.Token, clients int, stop <-chan struct{}) fun
 // cancelled, serve exits non-zero at once, and a cancelled sale is
 // applied whole or not at all.
 func TestServeGracefulShutdown(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pg.DSN)
 	if err != nil {

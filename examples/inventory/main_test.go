@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
 
 // mainEnv makes the test binary run as the inventory command, so the tests
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
-	servers.Main(m)
+	harness.Main(m)
 }
 
 func command(ctx context.Context, args ...string) *exec.Cmd {
@@ -41,7 +42,7 @@ func command(ctx context.Context, args ...string) *exec.Cmd {
 // PostgreSQL (from the harness, through DATABASE_URL's flag), worker
 // processes, the table, the counters, the timeline, exit status 0.
 func TestDemoCommand(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	svg := filepath.Join(t.TempDir(), "timeline.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -148,7 +149,7 @@ func TestUnknownCommand(t *testing.T) {
 // The load command, briefly (docs/load.md has a real run): it runs, both
 // ways, and the fenced service answers no 5xx.
 func TestLoadCommand(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := command(ctx, "load", "-duration=1s", "-control=1s", "-clients=2", "-items=4", "-database-url="+pg.DSN).CombinedOutput()

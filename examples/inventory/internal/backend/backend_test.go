@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 func TestLockConfigArgsRoundTrip(t *testing.T) {
 	for _, c := range []LockConfig{
@@ -52,7 +53,7 @@ func TestOpenStore(t *testing.T) {
 		s.Close()
 	})
 	t.Run("url", func(t *testing.T) {
-		pg := servers.Postgres(t)
+		pg := pgserver.Shared(t)
 		s, err := OpenStore(ctx, StoreConfig{URL: pg.DSN}, log)
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +70,7 @@ func TestOpenStore(t *testing.T) {
 	t.Run("throwaway", func(t *testing.T) {
 		s, err := OpenStore(ctx, StoreConfig{Mode: StorePostgres}, log)
 		if err != nil {
-			if os.Getenv(servers.EnvRequireServers) != "1" {
+			if os.Getenv(harness.EnvRequireServers) != "1" {
 				t.Skipf("no local PostgreSQL: %v", err)
 			}
 			t.Fatal(err)

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
 
 // Store modes for StoreConfig.Mode.
@@ -65,13 +66,13 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (*Store, er
 		return s, nil
 	}
 	log.Debug("no database URL: starting a throwaway PostgreSQL server")
-	srv, err := servers.StartPostgres(ctx)
+	srv, err := pgserver.Start(ctx)
 	if err != nil {
 		if c.Mode == StorePostgres || ctx.Err() != nil {
 			return nil, fmt.Errorf("no database URL, and a local PostgreSQL could not be started: %w", err)
 		}
 		why := "PostgreSQL is not installed (Debian: apt-get install postgresql)"
-		if !errors.Is(err, servers.ErrNotInstalled) {
+		if !errors.Is(err, harness.ErrNotInstalled) {
 			why = "a local PostgreSQL did not start: " + firstLine(err.Error())
 		}
 		return &Store{
@@ -82,7 +83,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (*Store, er
 				"standing in for the database's check. Set DATABASE_URL for the PostgreSQL setup.",
 		}, nil
 	}
-	s, err := openPostgres(ctx, srv.DSN(), "throwaway server in "+srvDir(srv))
+	s, err := openPostgres(ctx, pgserver.DSN(srv), "throwaway server in "+srvDir(srv))
 	if err != nil {
 		return nil, errors.Join(err, srv.Close())
 	}
@@ -117,7 +118,7 @@ func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
 }
 
 // srvDir names where the throwaway server lives: the directory of its log.
-func srvDir(s *servers.Server) string {
+func srvDir(s *harness.Server) string {
 	dir := s.LogFile()
 	if i := strings.LastIndexByte(dir, '/'); i > 0 {
 		dir = dir[:i]

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
-	"github.com/fenceguard/fenceguard/integration/embedetcd"
+	"github.com/fenceguard/fenceguard/harness/etcdembed"
 )
 
 // Errors Main returns when the demo shows the wrong thing; test with errors.Is.
@@ -46,7 +46,7 @@ func Main(ctx context.Context, c Config, out io.Writer) error {
 
 	lockDesc := o.Lock.String()
 	if o.Lock.Kind == backend.Etcd && len(o.Lock.Etcd) == 0 {
-		etcd, err := embedetcd.Start(ctx, embedetcd.Options{})
+		etcd, err := etcdembed.Start(ctx, etcdembed.Options{})
 		if err != nil {
 			return fmt.Errorf("demo: starting the embedded etcd: %w", err)
 		}

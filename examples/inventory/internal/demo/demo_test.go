@@ -22,7 +22,9 @@ import (
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/etcdserver"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -41,7 +43,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	servers.Main(m)
+	harness.Main(m)
 }
 
 func testCommand(args []string) *exec.Cmd {
@@ -53,7 +55,7 @@ func testCommand(args []string) *exec.Cmd {
 // short is a run short enough to repeat: 3 workers, 8 units, 2 s leases
 // (etcd's minimum), a 2.2 s freeze.
 func short(t *testing.T) Options {
-	etcd := servers.Etcd(t)
+	etcd := etcdserver.Shared(t)
 	return Options{
 		Workers:     3,
 		Stock:       8,
@@ -69,7 +71,7 @@ func short(t *testing.T) Options {
 
 func pgStore(t *testing.T) service.Store {
 	t.Helper()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pg.DSN)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
-	"github.com/fenceguard/fenceguard/internal/timeline"
+	"github.com/fenceguard/fenceguard/harness/timeline"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -16,7 +16,7 @@ import (
 // the victim's freeze, the moment its lease passed to another worker,
 // every sale (a dot) and refusal (a cross), the victim's late write labelled
 // with its token and what the service did with it, and the stock over time.
-// The drawing is package internal/timeline's; this turns runs into its chart.
+// The drawing is package harness/timeline's; this turns runs into its chart.
 func WriteTimeline(w io.Writer, runs ...*Result) error {
 	c := timeline.Chart{
 		Title: "fenceguard inventory demo: worker w1 frozen with SIGSTOP between its read and its write",

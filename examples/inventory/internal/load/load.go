@@ -35,7 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/internal/servers"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -80,12 +80,12 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	dsn := c.URL
 	desc := "PostgreSQL from the database URL"
 	if dsn == "" {
-		srv, err := servers.StartPostgres(ctx)
+		srv, err := pgserver.Start(ctx)
 		if err != nil {
 			return fmt.Errorf("load: no database URL, and a throwaway PostgreSQL did not start: %w", err)
 		}
 		defer srv.Close()
-		dsn = srv.DSN()
+		dsn = pgserver.DSN(srv)
 		desc = "throwaway PostgreSQL"
 	}
 	pool, err := pgxpool.New(ctx, dsn)

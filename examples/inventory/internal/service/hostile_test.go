@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -38,7 +38,7 @@ func statefulStores(t *testing.T, f func(t *testing.T, s stateStore)) {
 		f(t, stateStore{Store: m, marks: func(*testing.T) int { return m.Marks() }})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := servers.Postgres(t)
+		pg := pgserver.Shared(t)
 		ctx := context.Background()
 		pool, err := pgxpool.New(ctx, pg.DSN)
 		if err != nil {

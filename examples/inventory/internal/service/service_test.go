@@ -18,12 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
+	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/httpmw"
-	"github.com/fenceguard/fenceguard/internal/servers"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-func TestMain(m *testing.M) { servers.Main(m) }
+func TestMain(m *testing.M) { harness.Main(m) }
 
 // stores runs f against each store: memory, and PostgreSQL from the harness.
 func stores(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) service.Store)) {
@@ -37,7 +38,7 @@ func stores(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) servi
 
 func pgStore(t *testing.T) *service.PostgresStore {
 	t.Helper()
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pg.DSN)
 	if err != nil {
@@ -201,7 +202,7 @@ func TestPathSpellingsMeetOneFence(t *testing.T) {
 // when the row has seen a higher token (here raised behind the service's
 // back), and the client gets the middleware's kind of 409.
 func TestStoreRefusesBehindMiddleware(t *testing.T) {
-	pg := servers.Postgres(t)
+	pg := pgserver.Shared(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pg.DSN)
 	if err != nil {
