@@ -170,13 +170,19 @@ func TestLeaseDeletedBehindBackIsDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken := time.Now()
+	late := lateness(ttl)
 	if !ml.Break("k") {
 		t.Fatal("Break found nothing held")
 	}
 	select {
 	case <-lease.Context().Done():
 	case <-time.After(ttl):
-		t.Fatalf("lease context still live %v after the lock was deleted", ttl)
+		// Allow for the scheduler: as late again as a timer of the TTL was.
+		select {
+		case <-lease.Context().Done():
+		case <-time.After(late()):
+			t.Fatalf("lease context still live %v after the lock was deleted", time.Since(broken))
+		}
 	}
 	t.Logf("loss detected %v after the deletion", time.Since(broken))
 	cause := context.Cause(lease.Context())
@@ -197,7 +203,7 @@ func TestLeaseDeletedBehindBackIsDetected(t *testing.T) {
 func TestKeepAliveHoldsPastTTL(t *testing.T) {
 	ml := memlock.New()
 	var ev events
-	const ttl = 150 * time.Millisecond
+	const ttl = 600 * time.Millisecond // renewals every 200ms: room for a loaded scheduler
 	g := newGuard(t, ml, guard.Options{TTL: ttl, Observer: ev.observe})
 	lease, err := g.Acquire(testCtx(t), "k")
 	if err != nil {
@@ -411,7 +417,7 @@ func TestAcquireDoesNotRetryBadArguments(t *testing.T) {
 	if !errors.Is(err, locks.ErrInvalidArgument) {
 		t.Fatalf("Acquire(\"\") = %v, want ErrInvalidArgument", err)
 	}
-	if time.Since(start) > 100*time.Millisecond {
+	if time.Since(start) > time.Second { // retrying goes on until the minute-long context ends
 		t.Error("an invalid argument was retried")
 	}
 }
@@ -575,6 +581,16 @@ func TestOptionsValidation(t *testing.T) {
 	if _, err := guard.New(ml, guard.Options{}); err != nil {
 		t.Errorf("zero Options: %v", err)
 	}
+}
+
+// lateness starts a timer of d and returns a func that waits for it and
+// says how late it fired: the scheduler's own delay over the same stretch
+// as the call a test times, which that test allows for on a loaded machine.
+func lateness(d time.Duration) func() time.Duration {
+	due := time.Now().Add(d)
+	fired := make(chan time.Time, 1)
+	time.AfterFunc(d, func() { fired <- time.Now() })
+	return func() time.Duration { return max(0, (<-fired).Sub(due)) }
 }
 
 func waitFor(t *testing.T, cond func() bool) {

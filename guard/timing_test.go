@@ -194,12 +194,15 @@ func TestDoReturnsByDeadlineWhenReleaseHangs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
+	sched := lateness(time.Until(deadline))
 	err := g.Do(ctx, "k", func(ctx context.Context, _ token.Token) error {
 		<-ctx.Done()
 		return nil
 	})
-	if late := time.Since(deadline); late > 150*time.Millisecond {
-		t.Errorf("Do returned %v after its deadline (release hanging), want within 150ms: %v", late, err)
+	// The grace is 50ms; allow as much again as the scheduler delayed a
+	// timer of the same deadline.
+	if late, allowed := time.Since(deadline), 150*time.Millisecond+sched(); late > allowed {
+		t.Errorf("Do returned %v after its deadline (release hanging), want within %v: %v", late, allowed, err)
 	}
 	select {
 	case rerr := <-h.released:
