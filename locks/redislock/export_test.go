@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 )
 
 // CurrentWithoutShebang runs the Sequencer's script without its masterOnly
@@ -26,7 +28,7 @@ func CurrentWithoutShebang(ctx context.Context, c redis.Scripter, prefix, key st
 // listen on their lock's master.
 func OneSubscriber(l *Locker) {
 	l.notify.Close()
-	l.notify = subscriber(l.client)
+	l.notify = rnotify.ForGoRedis(l.client)
 }
 
 // SetNotifierLinger sets how long an idle master's subscriber stays open,

@@ -27,30 +27,7 @@ func notifier(c Client) waker {
 	if mc, ok := c.(masterRouter); ok {
 		return newMasterNotifier(mc, c)
 	}
-	return subscriber(c)
-}
-
-// pubSubber is what subscriber needs of a go-redis client.
-type pubSubber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
-
-func subscriber(c pubSubber) *rnotify.Notifier {
-	return rnotify.New(rnotify.Client{
-		Open:   func(ctx context.Context) rnotify.PubSub { return c.Subscribe(ctx) },
-		Decode: decodePubSub,
-	})
-}
-
-// decodePubSub reads what go-redis's PubSub.Receive returns.
-func decodePubSub(msg any) rnotify.Event {
-	switch m := msg.(type) {
-	case *redis.Message:
-		return rnotify.Event{Message: true, Channel: m.Channel, Payload: m.Payload}
-	case *redis.Subscription:
-		return rnotify.Event{Subscribed: m.Kind == "subscribe", Channel: m.Channel}
-	}
-	return rnotify.Event{}
+	return rnotify.ForGoRedis(c)
 }
 
 // masterRouter is a [redis.ClusterClient]'s MasterForKey.
@@ -137,13 +114,13 @@ func (m *masterNotifier) registerOn(ctx context.Context, node *redis.Client, cha
 		m.mu.Unlock()
 		return nil, rnotify.ErrClosed
 	}
-	addr, src := fallbackAddr, pubSubber(m.fallback)
+	addr, src := fallbackAddr, rnotify.Subscriber(m.fallback)
 	if node != nil {
 		addr, src = node.Options().Addr, node
 	}
 	nn := m.byAddr[addr]
 	if nn == nil {
-		nn = &nodeNotifier{addr: addr, n: subscriber(src)}
+		nn = &nodeNotifier{addr: addr, n: rnotify.ForGoRedis(src)}
 		m.byAddr[addr] = nn
 	}
 	if nn.linger != nil {

@@ -146,7 +146,7 @@ func New(nodes []Client, o Options) (*Locker, error) {
 		if c == nil {
 			return nil, fmt.Errorf("%w: node %d is nil", locks.ErrInvalidArgument, i)
 		}
-		l.notify = append(l.notify, notifier(c))
+		l.notify = append(l.notify, rnotify.ForGoRedis(c))
 	}
 	return l, nil
 }

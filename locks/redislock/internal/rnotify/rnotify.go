@@ -4,9 +4,8 @@
 // that waiter only and hands it the value; the payload [Everyone] wakes
 // every waiter on the channel.
 //
-// It imports no Redis client, so that it can live in the core module and
-// serve every Redis-based locker: the locker opens the connection and
-// reads its messages for it ([Client]).
+// [New] takes the connection and its decoding as functions ([Client]);
+// [ForGoRedis] supplies them for a go-redis client.
 package rnotify
 
 import (
