@@ -1,12 +1,13 @@
 package pgserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,9 +59,14 @@ func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
 
+// alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
