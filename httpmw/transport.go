@@ -73,13 +73,9 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 // token.ErrStale) see through that. Every other response, other 409s
 // included, is returned untouched.
 //
-// That departs, on purpose and for this one response, from RoundTripper's
-// advice not to interpret responses: the refusal is the fencing layer's,
-// not the application's, and an error is what survives every layer
-// between the caller and the transport (generated API clients, wrappers
-// that map statuses to their own errors) with its type intact. Put
-// retrying transports inside it (as Base), not around it: a stale token
-// stays stale.
+// (Interpreting this one response departs on purpose from RoundTripper's
+// advice; docs/design.md, "Client", says why.) Put retrying transports
+// inside it (as Base), not around it: a stale token stays stale.
 //
 // The zero Transport sends no token (it refuses requests that carry one)
 // and is safe for concurrent use, as is any Transport whose Key is.
