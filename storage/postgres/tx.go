@@ -70,44 +70,28 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //
 // # A frozen holder
 //
-// The claim's row lock is held until the transaction ends, and a lock
-// service's lease does not end a database transaction: a holder frozen
-// inside fn (a stop-the-world pause, SIGSTOP, a VM migration) would keep
-// every other holder of the resource waiting for as long as it is frozen,
-// long after its lease ran out. So the claim also sets, for the rest of
-// the transaction only (SET LOCAL, in the claim's own statement: no round
-// trip), idle_in_transaction_session_timeout to the hold bound — the
-// [TokensOptions.HoldTimeout] (15 s by default), or the time
-// left to ctx's deadline when that is sooner. A session that sends nothing
-// for that long inside the transaction is ended by the server: the
-// transaction rolls back, the row lock is released, the next holder's
-// claim goes through, and the frozen holder's next statement or COMMIT
-// fails when it wakes (nothing it wrote is kept). The bound counts idle
-// time, from the end of the last statement: a holder that keeps sending
-// statements keeps the resource, as it should while it is alive — and so
-// does one frozen while a large result is still streaming to it (the
-// server is blocked sending, not idle): fetch large results in small
-// cursor steps inside Tx, or outside it. A tighter
-// setting of the session's own is kept. A [*pgx.Conn] you pass is closed
-// by the server when that happens; a pool replaces its connection. Set
-// HoldTimeout to the lease's TTL; a negative one leaves the session's
-// setting alone.
+// A lease's end does not end a database transaction, so the claim also
+// sets, for this transaction only (SET LOCAL, in the claim's statement),
+// idle_in_transaction_session_timeout to [TokensOptions.HoldTimeout] (15 s
+// by default; set it to the lease's TTL) or to the time left to ctx's
+// deadline when sooner. A holder frozen inside fn for that long has its
+// session ended by the server: the transaction rolls back, the next holder
+// gets the resource, and the frozen holder's next statement or COMMIT
+// fails. The bound counts idle time only: a holder frozen while a large
+// result is still streaming to it is not idle, so fetch large results in
+// small cursor steps or outside Tx. A tighter setting of the session's own
+// is kept; a negative HoldTimeout leaves the session's setting alone. A
+// [*pgx.Conn] you pass is closed by the server when the bound strikes; a
+// pool replaces its connection.
 //
 // # Isolation
 //
-// The transaction has the session's default isolation level (normally
-// READ COMMITTED). Under REPEATABLE READ or SERIALIZABLE (the session's
-// default_transaction_isolation), a claim that waited for another holder
-// who then committed fails on the server with a serialization failure
-// (SQLSTATE 40001): the transaction's snapshot was taken before that
-// commit, and reading under it would miss the other holder's writes. fn
-// has not run then, so Tx rolls back and begins again (up to 100 times,
-// while ctx lasts), and the new snapshot includes the commit: a higher
-// token still "waits for this commit", it just waits in more than one
-// transaction. Once fn has run nothing is retried: a serialization failure
-// of fn's statements or of COMMIT (fn's own conflicts, under
-// SERIALIZABLE) is returned, and only a retry of the whole Tx can get
-// past it.
+// The transaction has the session's default isolation level. Under
+// REPEATABLE READ or SERIALIZABLE, a claim that waited for another holder
+// who then committed fails with a serialization failure (SQLSTATE 40001)
+// before fn runs; Tx then rolls back and begins again (up to 100 times,
+// while ctx lasts). Once fn has run nothing is retried: a serialization
+// failure of fn's statements or of COMMIT is returned.
 //
 // # Inside the caller's transaction
 //
