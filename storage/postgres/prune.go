@@ -35,45 +35,22 @@ func Prune(ctx context.Context, db DB, olderThan time.Duration) (int64, error) {
 // several at once) to keep the table's size bounded by the keys used
 // within olderThan rather than by every key ever named.
 //
-// # Safety: the floor
+// Pruning never lets an older token in: Prune raises the table's floor
+// (the row of the empty resource "") to the highest mark it deleted, in
+// the same statement, and a key without a row is compared with the floor.
+// [Tokens.HighWater] of a pruned key is the floor. Marks locked by a claim
+// in progress are skipped, not waited for. Prune refuses, with a
+// [*SchemaError] and nothing deleted, on a table [Tokens.Migrate] has not
+// upgraded.
 //
-// A deleted mark must not let an older token in. In the same statement
-// as the deletion, Prune raises the table's floor — the row of the empty
-// resource "", which no claim can name — to the highest mark it deleted,
-// and a key without a row is compared with the floor: every claim, the
-// tombstone claims of [Table.Upsert] and [Table.Delete] included, admits
-// a token for a key without a row only if it is not below the floor, and
-// the floor's trigger ([Tokens.Migrate]) checks every row actually
-// inserted once more, after the insert, with a fresh read. A claim whose
-// statement began before Prune committed can thus not re-create a pruned
-// key under an older token: its insert finds no row only once Prune's
-// DELETE has committed, and the floor was raised in that commit. Marks
-// locked by a claim in progress (a [Tokens.Tx] holding its resource) are
-// skipped, not waited for. [Tokens.HighWater] of a pruned key is the
-// floor. Prune refuses, with a [*SchemaError] and nothing deleted, on a
-// table that lacks the trigger.
-//
-// # Liveness: choosing olderThan
-//
-// The floor is one per table: a pruned key's mark refuses, from then on,
-// every key without a row below it. That refuses no honest holder when
-// tokens grow across keys with time — fenceguard's lockers' do
-// (clock-floored counters, cluster-wide revisions and zxids) — and
-// olderThan is longer than
-//
-//   - any holder keeps one token: its whole lease, renewals included (a
-//     mark idle that long was issued before every token still in use), and
-//   - the forged-token check's allowance above the clock ([token.DefaultSkew]
-//     for the default [token.ClockBound]): a forged mark, once pruned, then
-//     is below the clock, hence below every later clock-floored token.
-//
-// An hour is a safe default for leases of seconds. Keep tokens of
-// different lock services in different tables (TokensOptions.Name): a
-// pruned mark of the service with the larger numbers would refuse every
-// new key of the other. For etcd's or ZooKeeper's tokens, which the clock
-// bound does not cap, add the sequencer check: a forged mark that gets
-// pruned refuses every new key, until an operator lowers the floor (the
-// row of resource "", by hand).
+// Choose olderThan longer than any holder keeps one token (its whole
+// lease, renewals included) and than the forged-token check's allowance
+// above the clock ([token.DefaultSkew] for the default); an hour is a
+// safe default for leases of seconds. Keep tokens of different lock
+// services in different tables (TokensOptions.Name), and with etcd's or
+// ZooKeeper's tokens use the sequencer check: a forged mark that gets
+// pruned becomes the floor. Why these rules suffice is in docs/design.md,
+// "Bounded state".
 func (k *Tokens) Prune(ctx context.Context, db DB, olderThan time.Duration) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("%w: nil DB", ErrBadInput)
