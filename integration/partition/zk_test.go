@@ -66,8 +66,8 @@ func memberID(e *zkserver.Ensemble, s *harness.Server) int {
 // Exists, so the sync waits on the cut-off member, the member stops answering
 // the session and go-zookeeper drops the connection: the lease is lost (Lost
 // closed, Renew locks.ErrNotHeld) about a second after the break, before the
-// other's grant, and its Deadline is not past that grant ("Ensembles" in the
-// package doc). The control, an Exists-only Renew passing the stale lease, is
+// other's grant, and its Deadline is not past that grant (docs/design.md,
+// "zklock"). The control, an Exists-only Renew passing the stale lease, is
 // zklock's TestEnsembleRenewNeedsLeader.
 func TestZKLeaseEndsWithPartitionedMember(t *testing.T) {
 	runZKPartition(t, true)

@@ -152,7 +152,7 @@ func sub(a, b time.Time) any {
 // TestZKPausedHolderMemberLosesLeaseFirst: H's member (a follower) is frozen
 // (SIGSTOP) while H renews every 50ms; W waits on the leader. H must be
 // told before W is granted, and never renew after. The overlap of H's
-// Deadline with W's grant (the package doc's "What is left") is logged.
+// Deadline with W's grant (docs/design.md, "zklock": "What is left") is logged.
 func TestZKPausedHolderMemberLosesLeaseFirst(t *testing.T) {
 	ctx := itest.Ctx(t, 60*time.Second)
 	e := zkserver.NewEnsemble(t, 3)

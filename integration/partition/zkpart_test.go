@@ -107,7 +107,7 @@ func TestZKRenewStopsOnMemberCutFromLeader(t *testing.T) {
 		run(t, "tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "dport", p, "0xffff", "flowid", "1:10")
 	})
 	_ = exec.Command("tc", "qdisc", "del", "dev", "lo", "root").Run()
-	t.Logf("H's Deadline past W's grant by %v (the package doc's \"What is left\" when > 0)", over)
+	t.Logf("H's Deadline past W's grant by %v (docs/design.md, zklock, \"What is left\", when > 0)", over)
 }
 
 // localPorts returns the local ports of s's established connections to

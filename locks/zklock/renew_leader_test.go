@@ -22,7 +22,7 @@ import (
 // to a waiter connected to it. No renewal may succeed on the member's copy
 // with a Deadline past that grant (locks.Lease: the server's own expiry is
 // no earlier than the Deadline), and the lease must be lost before it
-// ("Ensembles" in the package doc).
+// (docs/design.md, "zklock").
 //
 // The control runs the same with Renew an Exists alone (as it was): the
 // member answers it, renewals go on succeeding through the pause, and the
