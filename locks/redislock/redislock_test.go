@@ -318,13 +318,14 @@ func TestDeadWaiterDoesNotBlockQueue(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	lat := harness.StartLateness(t)
 	start := time.Now()
 	lease, err := l.Acquire(ctx, "k", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 2*waiterTTL {
-		t.Fatalf("the dead waiter held the lock up for %v, want under %v (its TTL)", d, 2*waiterTTL)
+	if d, allowed := time.Since(start), waiterTTL+lat.Allowance(waiterTTL, start.Add(waiterTTL)); d > allowed {
+		t.Fatalf("the dead waiter held the lock up for %v, want under %v (its TTL, and the scheduler's delays)", d, allowed)
 	}
 	_ = lease.Release(ctx)
 }
