@@ -161,11 +161,14 @@ func Start(ctx context.Context) (*harness.Server, error) {
 	return harness.LaunchProgram(ctx, k, "postgres", 1)
 }
 
-// DSN returns, for a PostgreSQL server of this package, a URL connecting to
-// its "postgres" database as the superuser postgres (trust
-// authentication). For other kinds of server it returns "".
+// DSN returns, for a PostgreSQL server of this package ([New], [Start],
+// [NewStandby]), a URL connecting to its "postgres" database as the
+// superuser postgres (trust authentication). For other kinds of server it
+// returns "".
 func DSN(s *harness.Server) string {
-	if _, ok := s.Kind().(*pgKind); !ok {
+	switch s.Kind().(type) {
+	case *pgKind, *standbyKind:
+	default:
 		return ""
 	}
 	return "postgres://postgres@" + s.Addr() + "/postgres?sslmode=disable"
@@ -195,6 +198,11 @@ func newPGKind() (*pgKind, error) {
 	return k, nil
 }
 
+// sysProcAttr runs a PostgreSQL tool as the postgres user when we are root.
+func (k *pgKind) sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: k.cred}
+}
+
 func (k *pgKind) Prepare(ctx context.Context, s *harness.Server) error {
 	if k.cred != nil {
 		if err := os.Chown(s.Dir(), k.uid, k.gid); err != nil {
@@ -208,7 +216,7 @@ func (k *pgKind) Prepare(ctx context.Context, s *harness.Server) error {
 		"-D", s.DataDir(), "-A", "trust", "-U", "postgres", "--no-sync",
 		"-E", "UTF8", "--locale=C")
 	cmd.Dir = "/" // the postgres user may not enter our working directory
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: k.cred}
+	cmd.SysProcAttr = k.sysProcAttr()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w\n%s", err, out)
 	}

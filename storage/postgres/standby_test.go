@@ -3,13 +3,6 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	osexec "os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,90 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
-
-// startStandby makes a hot standby of primary (pg_basebackup with -R)
-// and starts it on a free port; it is stopped when the test ends.
-func startStandby(t *testing.T, primary *harness.Server) (dsn string, exited <-chan struct{}) {
-	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_basebackup")
-	if len(bins) == 0 {
-		if os.Getenv(harness.EnvRequireServers) == "1" {
-			t.Fatal("no pg_basebackup in /usr/lib/postgresql/*/bin")
-		}
-		t.Skip("no pg_basebackup in /usr/lib/postgresql/*/bin: install the Debian package postgresql")
-	}
-	bin := filepath.Dir(bins[len(bins)-1])
-	var cred *syscall.Credential
-	dir, err := os.MkdirTemp("", "fg-standby-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if os.Geteuid() == 0 { // PostgreSQL refuses to run as root
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	host, port, _ := net.SplitHostPort(primary.Addr())
-	backup := osexec.Command(filepath.Join(bin, "pg_basebackup"), "-h", host, "-p", port, "-U", "postgres",
-		"-D", data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast")
-	backup.Dir = "/"
-	backup.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := backup.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	standbyPort := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	logFile, err := os.Create(filepath.Join(dir, "standby.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("standby log:\n%s", b)
-		}
-	})
-	srv := osexec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", standbyPort, "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "hot_standby=on", "-c", "fsync=off",
-		"-c", "max_connections=200") // not below the primary's (the harness's)
-	srv.Dir = "/"
-	srv.Stdout, srv.Stderr = logFile, logFile
-	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-	})
-	return "postgres://postgres@127.0.0.1:" + standbyPort + "/postgres?sslmode=disable", done
-}
 
 // eventually retries f until it succeeds or a minute has passed.
 func eventually(t *testing.T, what string, f func() error) {
@@ -142,15 +55,13 @@ func TestHotStandbyFailsClosed(t *testing.T) {
 	if err := postgres.NewFence(pp).Claim(ctx, "sku:1", 5); err != nil {
 		t.Fatal(err)
 	}
-	standby, exited := startStandby(t, primary)
+	standby := pgserver.NewStandby(t, primary)
 	var sp *pgxpool.Pool
 	eventually(t, "connecting to the standby", func() error {
-		select {
-		case <-exited:
+		if !standby.Running() {
 			t.Fatal("the standby exited")
-		default:
 		}
-		p, err := pgxpool.New(ctx, standby)
+		p, err := pgxpool.New(ctx, pgserver.DSN(standby))
 		if err == nil {
 			if err = p.Ping(ctx); err != nil {
 				p.Close()
