@@ -46,7 +46,7 @@ import (
 // reach.
 //
 // On a Redis Cluster, WAIT goes to the master that holds the mark's slot,
-// with the redirections followed; see "Redis Cluster" in the package doc.
+// with the redirections followed; see "redislock" in docs/design.md.
 //
 // WAIT is not consensus. What can still go wrong with Replicas set:
 //

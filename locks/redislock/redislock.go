@@ -173,7 +173,7 @@ type outcome struct {
 // rangeErr is the error of a grant the counter, at the ceiling, cannot
 // mint.
 func rangeErr() error {
-	return fmt.Errorf("token counter, or its healed clock floor, at the ceiling (delete the counter's key, see the package doc): %w",
+	return fmt.Errorf("token counter, or its healed clock floor, at the ceiling (an operator deletes the counter key, <prefix>{<key>}:tok, to start again from the clock): %w",
 		&token.RangeError{What: "redislock counter", Token: MaxToken + 1, Max: MaxToken})
 }
 
@@ -244,7 +244,7 @@ func acquireErr(ctx context.Context, key string, err error) error {
 // TryAcquire implements [locks.Locker]. It fails with
 // [locks.ErrNotObtained] while the lock is held or handed over. One round
 // trip; on a Cluster, while the lock's slot migrates, it waits for the
-// move (until ctx ends: see "Failover and resharding" in the package doc).
+// move (until ctx ends: see "Sentinel and Cluster" in the package doc).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
@@ -485,7 +485,7 @@ func (s *lockLease) Renew(ctx context.Context) error {
 // Release implements [locks.Lease]. One round trip, which also wakes the
 // next waiter; it releases the lock only while it still holds this very
 // grant. On a Cluster, while the lock's slot migrates, it waits for the
-// move until ctx ends (see "Failover and resharding" in the package doc):
+// move until ctx ends (see "Sentinel and Cluster" in the package doc):
 // give ctx a deadline.
 func (s *lockLease) Release(ctx context.Context) error {
 	s.Releasing.Lock()

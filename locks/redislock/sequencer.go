@@ -52,7 +52,7 @@ var ErrReplica = errors.New("redislock: the sequencer's client reached a read-on
 
 // masterOnly starts the Sequencer's script: a shebang without the
 // no-writes flag, so Redis (7.0 and later) refuses the script on a
-// read-only replica with READONLY (see "The master only" in [Sequencer]).
+// read-only replica with READONLY (see [Sequencer]).
 const masterOnly = "#!lua\n"
 
 // NewSequencer returns a Sequencer for the locks a [Locker] with the same

@@ -189,7 +189,7 @@ func TestTokenCeiling(t *testing.T) {
 		t.Fatalf("Heal(5) at the ceiling = %d, %v; want the counter unchanged", got, err)
 	}
 	// The operator's way back: delete the counter and its offset (and
-	// reset the marks the high tokens left; see the package doc). The next
+	// reset the marks the high tokens left; see docs/design.md, "redislock"). The next
 	// token comes from the clock.
 	if err := c.Del(ctx, counter, counter+"d").Err(); err != nil {
 		t.Fatal(err)
