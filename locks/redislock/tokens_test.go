@@ -188,10 +188,10 @@ func TestTokenCeiling(t *testing.T) {
 	if got, err := a.Heal(ctx, "k", 5); err != nil || got != redislock.MaxToken {
 		t.Fatalf("Heal(5) at the ceiling = %d, %v; want the counter unchanged", got, err)
 	}
-	// The operator's way back: delete the counter and its offset (and
-	// reset the marks the high tokens left; see docs/design.md, "redislock"). The next
-	// token comes from the clock.
-	if err := c.Del(ctx, counter, counter+"d").Err(); err != nil {
+	// The operator's way back: delete the counter key, offset included
+	// (and reset the marks the high tokens left; see docs/design.md,
+	// "redislock"). The next token comes from the clock.
+	if err := c.Del(ctx, counter).Err(); err != nil {
 		t.Fatal(err)
 	}
 	l, err := a.Acquire(ctx, "k", time.Minute)
@@ -322,7 +322,7 @@ func TestHealOffsetCeiling(t *testing.T) {
 			t.Fatalf("%s: Current = %d, %v; want MaxToken", what, cur, err)
 		}
 	}
-	if err := c.Del(ctx, counter, counter+"d").Err(); err != nil {
+	if err := c.Del(ctx, counter).Err(); err != nil {
 		t.Fatal(err)
 	}
 	h, err = l.Acquire(ctx, "k", time.Minute)
