@@ -1,6 +1,6 @@
 module github.com/fenceguard/fenceguard
 
-go 1.25
+go 1.25.0
 
 require (
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000

@@ -1,19 +1,24 @@
 // Package harness gives tests real servers, and the means to break them:
 // it starts server processes on free loopback ports, stops, kills, freezes
 // and restarts them, cuts and delays connections through an in-process
-// proxy, and tears everything down when the tests end. It depends on the
-// standard library and go.uber.org/goleak only.
+// proxy, and tears everything down when the tests end. Package harness
+// itself imports the standard library and go.uber.org/goleak only.
 //
-// One package per backend, each its own module so that a test pulls in
-// only its own backend's client, builds on it:
+// One package per backend builds on it, each importing only its own
+// backend's client:
 //
 //	harness/redisserver   Redis, replicas, Sentinel, Cluster (go-redis)
-//	harness/pgserver      PostgreSQL (pgx)
-//	harness/etcdserver    etcd, single member or cluster (clientv3)
+//	harness/pgserver      PostgreSQL, hot standbys (pgx)
 //	harness/zkserver      ZooKeeper, standalone or ensemble (go-zookeeper)
-//	harness/etcdembed     an etcd server inside the test process
+//	harness/etcdserver    etcd, single member or cluster (clientv3; a module of its own)
+//	harness/etcdembed     an etcd server inside the test process (a module of its own)
 //	harness/fakeclock     a clock that moves when told to
 //	harness/timeline      SVG pictures of lock holders over time
+//
+// The module github.com/fenceguard/fenceguard/harness holds all but the
+// two etcd packages; it requires the clients at the versions the library
+// modules require, so that a library module's tests raise none of its
+// requirements.
 //
 // Every test package that uses a server calls [Main] from TestMain; Main
 // stops all servers the package started, removes their directories and

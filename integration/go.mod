@@ -7,9 +7,6 @@ require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness/etcdserver v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/pgserver v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/redisserver v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/zkserver v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
@@ -101,9 +98,6 @@ require (
 replace (
 	github.com/fenceguard/fenceguard => ..
 	github.com/fenceguard/fenceguard/harness/etcdserver => ../harness/etcdserver
-	github.com/fenceguard/fenceguard/harness/pgserver => ../harness/pgserver
-	github.com/fenceguard/fenceguard/harness/redisserver => ../harness/redisserver
-	github.com/fenceguard/fenceguard/harness/zkserver => ../harness/zkserver
 	github.com/fenceguard/fenceguard/locks/etcdlock => ../locks/etcdlock
 	github.com/fenceguard/fenceguard/locks/redislock => ../locks/redislock
 	github.com/fenceguard/fenceguard/locks/zklock => ../locks/zklock

@@ -7,7 +7,6 @@ require (
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness/etcdserver v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/pgserver v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
@@ -91,9 +90,6 @@ replace (
 	github.com/fenceguard/fenceguard/harness => ../../harness
 	github.com/fenceguard/fenceguard/harness/etcdembed => ../../harness/etcdembed
 	github.com/fenceguard/fenceguard/harness/etcdserver => ../../harness/etcdserver
-	github.com/fenceguard/fenceguard/harness/pgserver => ../../harness/pgserver
-	github.com/fenceguard/fenceguard/harness/redisserver => ../../harness/redisserver
-	github.com/fenceguard/fenceguard/harness/zkserver => ../../harness/zkserver
 	github.com/fenceguard/fenceguard/locks/etcdlock => ../../locks/etcdlock
 	github.com/fenceguard/fenceguard/locks/redislock => ../../locks/redislock
 	github.com/fenceguard/fenceguard/locks/zklock => ../../locks/zklock

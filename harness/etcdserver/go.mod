@@ -1,6 +1,6 @@
 module github.com/fenceguard/fenceguard/harness/etcdserver
 
-go 1.25
+go 1.25.0
 
 require (
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
@@ -20,7 +20,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/sys v0.31.0 // indirect
-	golang.org/x/text v0.23.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/grpc v1.71.1 // indirect

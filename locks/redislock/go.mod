@@ -1,11 +1,10 @@
 module github.com/fenceguard/fenceguard/locks/redislock
 
-go 1.25
+go 1.25.0
 
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/redisserver v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.0.5
 	go.uber.org/goleak v1.3.0
 )
@@ -18,5 +17,4 @@ require (
 replace (
 	github.com/fenceguard/fenceguard => ../..
 	github.com/fenceguard/fenceguard/harness => ../../harness
-	github.com/fenceguard/fenceguard/harness/redisserver => ../../harness/redisserver
 )

@@ -5,7 +5,6 @@ go 1.25.0
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
-	github.com/fenceguard/fenceguard/harness/pgserver v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
@@ -21,5 +20,4 @@ require (
 replace (
 	github.com/fenceguard/fenceguard => ../..
 	github.com/fenceguard/fenceguard/harness => ../../harness
-	github.com/fenceguard/fenceguard/harness/pgserver => ../../harness/pgserver
 )
