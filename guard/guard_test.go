@@ -354,7 +354,7 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 // leases with a renewal interval short enough to race.
 func TestNoRenewalAfterRelease(t *testing.T) {
 	f := &faulty{Locker: memlock.New()}
-	g := newGuard(t, f, guard.Options{TTL: 30 * time.Millisecond, RenewInterval: time.Millisecond})
+	g := newGuard(t, f, guard.Options{TTL: 300 * time.Millisecond, RenewInterval: time.Millisecond})
 	ctx := testCtx(t)
 	for i := range 200 {
 		lease, err := g.Acquire(ctx, "k")
@@ -362,7 +362,9 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(i%5) * time.Millisecond)
-		if err := lease.Release(ctx); err != nil {
+		// A loaded scheduler may starve the keep-alive past the local
+		// deadline: that loss is the guard working, not the race checked.
+		if err := lease.Release(ctx); err != nil && !errors.Is(err, guard.ErrDeadline) {
 			t.Fatalf("Release: %v", err)
 		}
 	}
