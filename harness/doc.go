@@ -16,9 +16,8 @@
 //	harness/timeline      SVG pictures of lock holders over time
 //
 // The module github.com/fenceguard/fenceguard/harness holds all but the
-// two etcd packages; it requires the clients at the versions the library
-// modules require, so that a library module's tests raise none of its
-// requirements.
+// two etcd packages; it requires each client at the version the library
+// module of that backend requires.
 //
 // Every test package that uses a server calls [Main] from TestMain; Main
 // stops all servers the package started, removes their directories and
