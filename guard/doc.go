@@ -32,6 +32,12 @@
 //     conservative expiry estimate minus TTL·Drift ([Lease.Deadline]), so
 //     the holder gives up before the server does ([ErrDeadline]).
 //
+// The keep-alive runs beside the critical section: a slow call or a sleep
+// inside it does not lose the lease. What loses it is a pause of the whole
+// process (GC, swap, a frozen VM, SIGSTOP), which stops the keep-alive too,
+// or a backend that refuses or cannot be reached: the cases the fencing
+// token is for.
+//
 // [Lease.Release] stops the keep-alive before it releases the lock, so no
 // renewal is sent after it returns. Always release a lease (Do does): one
 // that is never released keeps renewing.

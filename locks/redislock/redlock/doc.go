@@ -73,7 +73,9 @@
 // deadline cut it short; a node's own NodeTimeout is not the caller's
 // deadline and does not match. Create the clients with
 // ContextTimeoutEnabled (otherwise go-redis bounds reads by ReadTimeout,
-// not the context).
+// not the context) and MaxRetries: -1, as for redislock: a node that fails
+// a call counts as a vote lost, and retrying the acquisition is the
+// caller's (or package guard's) decision.
 //
 // Why the token is monotonic, the clock offset, the Sequencer's answer and
 // the waiters' design: docs/design.md, "redlock".
