@@ -48,6 +48,12 @@
 //		return nil
 //	})
 //
+// Column mode and table mode keep separate marks: a row's in its token
+// column, a resource's in fence_tokens. A Tx on "sku:42" does not move row
+// 42's token column, nor the reverse, so guard each piece of data through
+// one of them only; a write that bypasses the mode its data is guarded by
+// is not fenced.
+//
 // [Tokens] names another table and carries options; [Fence] is a
 // [token.Fence] on the same table, for package httpmw. [Tokens.Prune]
 // bounds the table's growth without letting a stale token in.

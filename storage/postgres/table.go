@@ -453,9 +453,9 @@ func (tb *Table) admit(ctx context.Context, op, resource string, key any, t toke
 // see "Resource names" at [Table]): LockKeyPrefix("sku:") maps key 42 to
 // "sku:42".
 //
-// The mapping is of the Go value, not of the row: pass keys in the key
-// column's own Go type (int64 for a bigint key), never as the text a
-// client sent. PostgreSQL reads the string "01" as row 1 of a bigint key,
+// The mapping is of the Go value, not of the row: pass keys as Go values
+// of the key's kind (any Go integer type for an integer key, a string for
+// a text key), never as the text a client sent. PostgreSQL reads the string "01" as row 1 of a bigint key,
 // while its lock key is "sku:01" — another lock than row 1's "sku:1", so a
 // holder of "sku:01" could write row 1 under a lock that does not guard
 // it. Parse and canonicalise keys before they reach the
