@@ -239,3 +239,58 @@ func TestMemoryFenceResetLogs(t *testing.T) {
 		}
 	}
 }
+
+// heldSeq is a seq whose next answer, once hold is called, is read when
+// asked and delivered only when the returned function is called.
+type heldSeq struct {
+	seq
+	held    chan struct{} // closed when the held query has read its answer
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *heldSeq) hold() (asked <-chan struct{}, release func()) {
+	s.held, s.release = make(chan struct{}), make(chan struct{})
+	s.once = sync.Once{}
+	return s.held, func() { close(s.release) }
+}
+
+func (s *heldSeq) Current(ctx context.Context, key string) (token.Token, error) {
+	t, err := s.seq.Current(ctx, key)
+	first := false
+	s.once.Do(func() { first = true })
+	if first && s.held != nil {
+		close(s.held)
+		<-s.release
+	}
+	return t, err
+}
+
+// A lookup sent before an operator's recovery and answered after Forget
+// carries the old, higher answer: it is neither cached nor used, so a
+// made-up token between the new and the old answer is refused by the
+// check in flight and by every later one.
+func TestSequencerCheckForgetDuringLookup(t *testing.T) {
+	ctx := context.Background()
+	for _, forget := range []string{"k", ""} {
+		const old, recovered, forged = token.Token(1 << 60), token.Token(500), token.Token(1000)
+		s := &heldSeq{seq: seq{cur: map[string]token.Token{"k": old}}}
+		c := token.SequencerCheck(s, token.SequencerOptions{CacheTTL: time.Hour})
+		asked, release := s.hold()
+		inFlight := make(chan error, 1)
+		go func() { inFlight <- c.Check(ctx, "k", forged) }()
+		<-asked // the lookup has read the old answer
+		s.set("k", recovered)
+		c.Forget(forget)
+		release()
+		if err := <-inFlight; !errors.Is(err, token.ErrForged) {
+			t.Errorf("Forget(%q): the check in flight across Forget admitted %d against %d: %v", forget, forged, recovered, err)
+		}
+		if err := c.Check(ctx, "k", forged); !errors.Is(err, token.ErrForged) {
+			t.Errorf("Forget(%q): after the check in flight, Check(%d) against %d = %v, want forged (the old answer %d was cached)", forget, forged, recovered, err, old)
+		}
+		if err := c.Check(ctx, "k", recovered); err != nil {
+			t.Errorf("Forget(%q): the new holder's Check(%d) = %v", forget, recovered, err)
+		}
+	}
+}

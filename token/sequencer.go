@@ -83,7 +83,7 @@ func SequencerCheck(s Sequencer, o SequencerOptions) *SequencerChecker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &SequencerChecker{s: s, o: o, cache: map[string]cached{}}
+	return &SequencerChecker{s: s, o: o, cache: map[string]cached{}, flights: map[string]*flight{}}
 }
 
 // SequencerChecker is the [Check] [SequencerCheck] returns.
@@ -91,8 +91,9 @@ type SequencerChecker struct {
 	s Sequencer
 	o SequencerOptions
 
-	mu    sync.Mutex
-	cache map[string]cached // guarded by mu; lock key → last answer
+	mu      sync.Mutex
+	cache   map[string]cached  // guarded by mu; lock key → last answer
+	flights map[string]*flight // guarded by mu; lock key → lookups in flight
 }
 
 type cached struct {
@@ -100,19 +101,41 @@ type cached struct {
 	at time.Time
 }
 
+// A flight counts the lookups of one lock key in flight; Forget advances
+// its generation, so that an answer asked for before a Forget is known
+// for one.
+type flight struct {
+	n   int
+	gen uint64
+}
+
+// maxLookups is how many times a check asks the lock service when every
+// answer it gets was asked for before a Forget.
+const maxLookups = 3
+
 // Forget drops the cached answer for lockKey (every key when lockKey is
 // empty), so that the next check asks the lock service. Call it after
 // recovering the lock's counter — deleting it, or resetting a resource's
 // mark below a cached answer — in every process that checks (or wait
 // [SequencerOptions.CacheTTL]).
+//
+// A lookup in flight when Forget runs may carry an answer from before the
+// recovery: its answer is neither cached nor used, and its check asks
+// again.
 func (c *SequencerChecker) Forget(lockKey string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lockKey == "" {
 		clear(c.cache)
+		for _, f := range c.flights {
+			f.gen++
+		}
 		return
 	}
 	delete(c.cache, lockKey)
+	if f := c.flights[lockKey]; f != nil {
+		f.gen++
+	}
 }
 
 // Check implements [Check].
@@ -133,28 +156,65 @@ func (c *SequencerChecker) Check(ctx context.Context, resource string, t Token) 
 			return nil
 		}
 	}
-	cur, err := c.s.Current(ctx, key)
+	cur, err := c.lookup(ctx, key)
 	if err != nil {
 		return fmt.Errorf("token: sequencer check for %q (lock %q): %w", resource, key, err)
-	}
-	if c.o.CacheSize > 0 {
-		now := c.o.Now()
-		c.mu.Lock()
-		if prev, ok := c.cache[key]; !ok {
-			if len(c.cache) >= c.o.CacheSize {
-				for k := range c.cache { // any one: the cache is an optimisation
-					delete(c.cache, k)
-					break
-				}
-			}
-			c.cache[key] = cached{cur, now}
-		} else if cur > prev.t {
-			c.cache[key] = cached{cur, now}
-		}
-		c.mu.Unlock()
 	}
 	if t > cur {
 		return &ForgedError{Resource: resource, Presented: t, Bound: cur, By: "sequencer"}
 	}
 	return nil
+}
+
+// lookup asks the lock service for key's current token and caches the
+// answer, unless a Forget of key ran while it was asked: that answer may
+// be from before an operator's recovery (higher than the recovered
+// counter's), so it is dropped and the lock service asked again.
+func (c *SequencerChecker) lookup(ctx context.Context, key string) (Token, error) {
+	for range maxLookups {
+		c.mu.Lock()
+		f := c.flights[key]
+		if f == nil {
+			f = &flight{}
+			c.flights[key] = f
+		}
+		f.n++
+		gen := f.gen
+		c.mu.Unlock()
+
+		cur, err := c.s.Current(ctx, key)
+
+		c.mu.Lock()
+		forgotten := f.gen != gen
+		if f.n--; f.n == 0 {
+			delete(c.flights, key)
+		}
+		if err == nil && !forgotten && c.o.CacheSize > 0 {
+			c.store(key, cur)
+		}
+		c.mu.Unlock()
+		if err != nil || !forgotten {
+			return cur, err
+		}
+	}
+	return 0, fmt.Errorf("every answer of %d was asked for before a Forget of the lock", maxLookups)
+}
+
+// store caches cur as key's answer unless a higher one is cached; c.mu is
+// held.
+func (c *SequencerChecker) store(key string, cur Token) {
+	prev, ok := c.cache[key]
+	if ok {
+		if cur > prev.t {
+			c.cache[key] = cached{cur, c.o.Now()}
+		}
+		return
+	}
+	if len(c.cache) >= c.o.CacheSize {
+		for k := range c.cache { // any one: the cache is an optimisation
+			delete(c.cache, k)
+			break
+		}
+	}
+	c.cache[key] = cached{cur, c.o.Now()}
 }
