@@ -38,8 +38,10 @@
 // or a backend that refuses or cannot be reached: the cases the fencing
 // token is for.
 //
-// [Lease.Release] stops the keep-alive before it releases the lock, so no
-// renewal is sent after it returns. Always release a lease (Do does): one
+// [Lease.Release] stops the keep-alive and sends the release at once, also
+// while a renewal is in flight: renewals are conditional on ownership of
+// the grant, so a late one cannot revive it. No renewal is sent after
+// Release returns. Always release a lease (Do does): one
 // that is never released keeps renewing.
 //
 // # Re-entrancy

@@ -233,9 +233,10 @@ type faulty struct {
 	locks.Locker
 	acquireFailures atomic.Int32 // fail this many Acquires first
 	renewErr        atomic.Pointer[error]
-	renewBlocks     atomic.Bool // Renew waits for its ctx
+	renewBlocks     atomic.Bool                   // Renew waits for its ctx
+	renewHeld       atomic.Pointer[chan struct{}] // Renew waits for it to close, ignoring its ctx
 	renews          atomic.Int32
-	lateRenews      atomic.Int32 // Renews entered after a Release returned
+	lateRenews      atomic.Int32 // Renews entered after the guard's Release returned
 }
 
 func (f *faulty) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
@@ -252,17 +253,22 @@ func (f *faulty) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 type faultyLease struct {
 	locks.Lease
 	f        *faulty
-	released atomic.Bool
+	released atomic.Bool // the locker's Release has run
+	returned atomic.Bool // the guard's Release has returned
 }
 
 func (l *faultyLease) Renew(ctx context.Context) error {
-	if l.released.Load() {
+	if l.returned.Load() {
 		l.f.lateRenews.Add(1)
 	}
 	l.f.renews.Add(1)
 	if l.f.renewBlocks.Load() {
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if p := l.f.renewHeld.Load(); p != nil {
+		<-*p
+		return l.Lease.Renew(ctx)
 	}
 	if p := l.f.renewErr.Load(); p != nil {
 		return *p
@@ -349,8 +355,8 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 	_ = lease.Release(ctx)
 }
 
-// Release while a renewal is in flight: Release must abort and wait for it,
-// and no renewal may start after Release returns — checked over many
+// Release while a renewal is in flight: Release must abort it and wait for
+// it, and no renewal may start after Release returns — checked over many
 // leases with a renewal interval short enough to race.
 func TestNoRenewalAfterRelease(t *testing.T) {
 	f := &faulty{Locker: memlock.New()}
@@ -367,6 +373,7 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 		if err := lease.Release(ctx); err != nil && !errors.Is(err, guard.ErrDeadline) {
 			t.Fatalf("Release: %v", err)
 		}
+		lease.Unwrap().(*faultyLease).returned.Store(true)
 	}
 	if f.renews.Load() == 0 {
 		t.Fatal("no renewal ran: the test did not exercise the race")
@@ -390,6 +397,47 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 		t.Errorf("Release waited %v for a hung renewal", d)
 	}
 	assertFree(t, f.Locker, "k")
+}
+
+// A renewal held back (a slow lock service that ignores cancellation) does
+// not hold back the release: the lock is free for the next holder while
+// the renewal is still in flight, and the renewal, once through, does not
+// revive the grant.
+func TestReleaseDoesNotWaitForRenewalInFlight(t *testing.T) {
+	f := &faulty{Locker: memlock.New()}
+	held := make(chan struct{})
+	f.renewHeld.Store(&held)
+	g := newGuard(t, f, guard.Options{TTL: 3 * time.Second, RenewInterval: 10 * time.Millisecond})
+	ctx := testCtx(t)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return f.renews.Load() > 0 }) // the renewal is in flight
+	relErr := make(chan error, 1)
+	go func() { relErr <- lease.Release(ctx) }()
+	waitFor(t, func() bool { return lease.Unwrap().(*faultyLease).released.Load() })
+	// The next holder gets the lock while the renewal is still held back.
+	next, err := f.Locker.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatalf("lock not free with the release sent and a renewal in flight: %v", err)
+	}
+	select {
+	case err := <-relErr:
+		t.Fatalf("Release returned %v with a renewal still in flight", err)
+	default:
+	}
+	close(held)
+	if err := <-relErr; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if f.renews.Load() != 1 {
+		t.Errorf("%d renewals, want the one in flight only", f.renews.Load())
+	}
+	if _, err := f.Locker.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, locks.ErrNotObtained) {
+		t.Errorf("the next holder's lock after the late renewal: TryAcquire = %v, want ErrNotObtained", err)
+	}
+	_ = next.Release(ctx)
 }
 
 func TestAcquireRetriesTransientErrors(t *testing.T) {

@@ -54,9 +54,10 @@ func (l *Lease) Deadline() time.Time {
 // A nested hold returns the outermost hold's lease.
 func (l *Lease) Unwrap() locks.Lease { return l.h.lease }
 
-// Release cancels the lease context, stops the keep-alive and waits for it
-// (while ctx lasts: a renewal in flight to a frozen server is not waited
-// out), then releases the lock. It returns an error wrapping [ErrLost] when the lease had been
+// Release cancels the lease context, stops the keep-alive and releases the
+// lock at once, without waiting for a renewal in flight (a late renewal
+// finds the grant gone: renewals are conditional on ownership); then it
+// waits for the keep-alive to end, while ctx lasts. It returns an error wrapping [ErrLost] when the lease had been
 // lost (or the release found it no longer held), and an error from the
 // locker when the release could not be made; the lock then expires at the
 // end of its TTL. Releasing a nested hold does nothing but report a loss.
@@ -151,6 +152,9 @@ func (h *hold) keepAlive() {
 			return
 		case <-t.Chan():
 		}
+		if h.ctx.Err() != nil {
+			return // released or lost while the timer fired
+		}
 		start := o.Clock.Now()
 		// Bounded by the lease's local deadline: a renewal that answers
 		// later is worth nothing, and some clients (go-redis) bound a call
@@ -224,17 +228,18 @@ func (h *hold) release(ctx context.Context) error {
 		h.cancel(ErrReleased)
 	}
 	h.timer.Stop()
-	// No renewal is sent after this point; one in flight is waited for
-	// while ctx lasts (it is bounded by the lease's deadline anyway). One
-	// still in flight when ctx ends cannot extend the lock past the
-	// release: the renewal extends only this grant, which the release
-	// deletes, and a renewal that arrives after finds it gone.
+	// The release goes out at once, also with a renewal in flight: a
+	// renewal extends only this grant, which the release deletes, and one
+	// that arrives after the release finds it gone. Waiting for the
+	// renewal would keep the lock from the next holder for as long as the
+	// renewal takes, up to the lease's deadline.
+	err := h.lease.Release(ctx)
+	// Then the keep-alive is waited for while ctx lasts, so that no
+	// renewal is in flight when Release returns; it sends no new one.
 	select {
 	case <-h.done:
 	case <-ctx.Done():
 	}
-
-	err := h.lease.Release(ctx)
 	if !wasHeld {
 		// Lost earlier. The release above was best effort, to free the
 		// lock sooner if the server still had it.
