@@ -235,15 +235,20 @@ type span struct {
 }
 
 // exprShape returns the statement texts for set, building and caching
-// them on first use. Only valid fragments are cached: a cached shape means
-// set's fragments passed [fragment].
+// them on first use. Every fragment is checked on every call, before the
+// cache is looked up, and the cache key spells each part with its length:
+// no fragment, whatever it contains, finds the statement of another set.
 func (tb *Table) exprShape(set []Clause) (*exprShape, error) {
 	var k []byte
 	for _, a := range set {
-		k = append(append(append(k, byte('0'+a.kind)), a.column...), 0)
+		k = appendPart(append(k, byte('0'+a.kind)), a.column)
 		if e, ok := a.value.(Expression); ok && a.kind != clauseValue {
-			k = append(strconv.AppendInt(append(append(k, e.sql...), 0), int64(len(e.args)), 10), 0)
+			if _, err := checkedFragment(e, 1); err != nil {
+				return nil, err
+			}
+			k = strconv.AppendInt(appendPart(append(k, 'e'), e.sql), int64(len(e.args)), 10)
 		}
+		k = append(k, '.')
 	}
 	key := string(k)
 	tb.mu.Lock()
@@ -262,6 +267,11 @@ func (tb *Table) exprShape(set []Clause) (*exprShape, error) {
 	}
 	tb.mu.Unlock()
 	return x, nil
+}
+
+// appendPart appends s to k as its length, a colon and its bytes.
+func appendPart(k []byte, s string) []byte {
+	return append(append(strconv.AppendInt(k, int64(len(s)), 10), ':'), s...)
 }
 
 func (tb *Table) buildExpr(set []Clause) (*exprShape, error) {

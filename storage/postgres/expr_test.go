@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -377,5 +378,38 @@ func TestUnknownColumn(t *testing.T) {
 	}
 	if stock, mark := row(t, pool, 1); stock != 10 || mark != 0 {
 		t.Fatalf("row = stock %d mark %d after failed statements, want 10 and 0", stock, mark)
+	}
+}
+
+// A fragment is checked on every call, not only when its statement is
+// built: a fragment that spells another Update's statement key (its parts
+// and the NULs between them) is refused, not run as the cached statement
+// with a condition the caller never wrote.
+func TestUpdateExprFragmentCheckedBeforeCache(t *testing.T) {
+	pool, items := setup(t)
+	ctx := ctxFor(t, time.Minute)
+	exec(t, pool, `UPDATE items SET stock = 200, fence_token = 5 WHERE id = 1`)
+	// Valid Updates put their statements in the Table's cache.
+	if err := items.Update(ctx, pool, 1, 5, postgres.Set("stock", postgres.Expr("stock - 1")), postgres.Where("stock > 100")); err != nil {
+		t.Fatal(err)
+	}
+	if err := items.Update(ctx, pool, 1, 5, postgres.Set("stock", postgres.Expr("stock - 1")), postgres.Where("stock > 100"), postgres.Where("stock > 0")); err != nil {
+		t.Fatal(err)
+	}
+	before := dump(t, pool, "items", "fence_tokens")
+	for _, c := range []struct {
+		name string
+		set  []postgres.Clause
+	}{
+		{"Expr spelling Expr and Where", []postgres.Clause{postgres.Set("stock", postgres.Expr("stock - 1\x000\x003\x00stock > 100"))}},
+		{"Where spelling two Wheres", []postgres.Clause{postgres.Set("stock", postgres.Expr("stock - 1")), postgres.Where("stock > 100\x000\x003\x00stock > 0")}},
+	} {
+		err := items.Update(ctx, pool, 1, 6, c.set...)
+		if !errors.Is(err, postgres.ErrBadInput) || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("%s: %v, want ErrBadInput for the NUL byte", c.name, err)
+		}
+		if after := dump(t, pool, "items", "fence_tokens"); after != before {
+			t.Errorf("%s moved a mark or a value:\n%s\nthen\n%s", c.name, before, after)
+		}
 	}
 }
