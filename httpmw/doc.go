@@ -10,17 +10,20 @@
 // else:
 //
 //	mw, err := httpmw.New(httpmw.Options{
-//		Resource: httpmw.PathValue("sku"), // "PUT /sku/{sku}": /sku/42 → "sku:42"
-//		Fence:    fence,                   // where the marks live
+//		Resource: httpmw.PathValue("account:{id:int}"), // /accounts/7/debit → "account:7"
+//		Fence:    fence,                                // where the marks live
 //	})
-//	mux.Handle("PUT /sku/{sku}", mw.Handler(updateStock))
+//	mux.Handle("POST /accounts/{id}/debit", mw.Handler(debit))
 //
 // For each request it reads the [token.Header] header, derives the
 // resource key from the route ([PathValue] on ServeMux, [ChiParam] on chi
 // v5.0.12 or later; never from anything else the client sends), runs
 // [Options.Check], claims the key in the [token.Fence], and only then calls
 // the handler, with the key and token in the request context
-// ([token.FromContext]) for store enforcers such as storage/postgres.
+// ([token.FromContext]) for store enforcers such as storage/postgres. The
+// key template names the kind of resource, so an account's key never meets
+// an order's; {id:int} admits only an integer's canonical form, so "01" is
+// no second lock on row 1.
 // Reads that carry a token claim like writes; by default GET, HEAD and
 // OPTIONS may come without one and every other method must carry one
 // ([Options.Require]).

@@ -152,6 +152,39 @@ func ExampleRouteKey() {
 	// http://elsewhere.example/items/lamp → "" false
 }
 
+// A key template names the kind of resource, so two routes with an {id}
+// wildcard never share a key (and a mark); {id:int} admits only the
+// canonical form of an integer, so "01" cannot be a second lock on row 1.
+func ExamplePathValue() {
+	var fence token.MemoryFence
+	accounts, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("account:{id:int}"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	orders, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("order:{id}"), Fence: &fence})
+	if err != nil {
+		log.Fatal(err)
+	}
+	show := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, _, _ := token.FromContext(r.Context())
+		fmt.Printf("  claimed %s\n", key)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /accounts/{id}/debit", accounts.Handler(show))
+	mux.Handle("PUT /orders/{id}", orders.Handler(show))
+
+	fmt.Println("debit account 7:", send(mux, "POST", "/accounts/7/debit", "9"))
+	fmt.Println("order 7, a lower token:", send(mux, "PUT", "/orders/7", "5"))
+	fmt.Println("debit account 07:", send(mux, "POST", "/accounts/07/debit", "9"))
+	// Output:
+	//   claimed account:7
+	// debit account 7: 204
+	//   claimed order:7
+	// order 7, a lower token: 204
+	// debit account 07: 404 no-resource
+}
+
 // The forged-token check with memlock as the lock service: the clock
 // bound refuses made-up tokens far above the clock at no cost, and the
 // sequencer check — memlock's Locker is a token.Sequencer — refuses

@@ -7,14 +7,16 @@ import (
 )
 
 // RouteKey returns a [Transport.Key] for the resources a server fences on
-// the given routes: a request that matches one of the patterns maps to
-// name + ":" + the value of the pattern's {name} wildcard — the key
-// [PathValue](name) derives on a server that routes with [http.ServeMux],
-// and [ChiParam](name) on chi, for the same route. So
-// RouteKey("sku", "/sku/{sku}") maps /sku/42 and /sku/%34%32 alike to
-// "sku:42", as the server does. A request that matches no pattern, or
-// whose key the middleware would refuse (answering 404), maps to no key,
-// and the Transport sends it without the token.
+// the given routes: a request that matches one of the patterns maps to the
+// key the key template (as [PathValue] reads it) builds from the pattern's
+// wildcard — the key [PathValue](template) derives on a server that routes
+// with [http.ServeMux], and [ChiParam](template) on chi, for the same
+// route. So RouteKey("account:{id}", "/accounts/{id}/debit") maps
+// /accounts/7/debit to "account:7", and RouteKey("sku", "/sku/{sku}") maps
+// /sku/42 and /sku/%34%32 alike to "sku:42", as the server does. A request
+// that matches no pattern, or whose key the middleware would refuse
+// (answering 404: a value the template's :int refuses, among others), maps
+// to no key, and the Transport sends it without the token.
 //
 // Patterns are [http.ServeMux] patterns, "[METHOD ][HOST]/PATH", matched
 // by a ServeMux exactly as a server's would match them (the path cleaned
@@ -27,13 +29,18 @@ import (
 // pattern without a method matches every method, which is what a client
 // wants: reads claim too.
 //
-// It fails with a descriptive error when there is no
-// pattern, a pattern has no {name} (or {name...}) wildcard, or a pattern
-// is invalid or conflicts with another. The function it returns is safe
+// It fails with a descriptive error when the template is malformed, there
+// is no pattern, a pattern has no {name} (or {name...}) wildcard, or a
+// pattern is invalid or conflicts with another. The function it returns is safe
 // for concurrent use.
-func RouteKey(name string, patterns ...string) (func(*http.Request) (string, bool), error) {
+func RouteKey(template string, patterns ...string) (func(*http.Request) (string, bool), error) {
+	kt, err := parseTemplate("RouteKey", template)
+	if err != nil {
+		return nil, err
+	}
+	name := kt.name
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("httpmw: RouteKey(%q) without a pattern", name)
+		return nil, fmt.Errorf("httpmw: RouteKey(%q) without a pattern", template)
 	}
 	mux := http.NewServeMux()
 	match := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +56,7 @@ func RouteKey(name string, patterns ...string) (func(*http.Request) (string, boo
 			return nil, fmt.Errorf("httpmw: RouteKey: %v", err)
 		}
 	}
-	keys := newKeyCache(name + ":")
+	keys := newKeyCache(kt.prefix)
 	return func(r *http.Request) (string, bool) {
 		// A shallow copy: ServeMux records its match in the request it
 		// serves, and a RoundTripper must not modify the caller's.
@@ -59,7 +66,7 @@ func RouteKey(name string, patterns ...string) (func(*http.Request) (string, boo
 			r2.Host = r2.URL.Host // what the client will send as Host
 		}
 		mux.ServeHTTP(m, r2)
-		if !m.ok || m.value == "" {
+		if !m.ok || m.value == "" || kt.value("RouteKey", m.value) != nil {
 			return "", false
 		}
 		key := keys.key(m.value)
