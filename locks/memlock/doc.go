@@ -45,6 +45,32 @@
 // scheduled only after the grant handed to it ran out queues again rather
 // than return it, so no hand-over makes a second holder.
 //
+// # Testing
+//
+// A Locker, a guard.Guard over it and a [token.MemoryFence] let a unit
+// test drive what a holder must survive, deterministically, with no lock
+// service and no sleeps (the runnable example shows both as tests):
+//
+//   - The lease lost in the middle of the critical section:
+//     [Locker.Break] the key from inside it (from a fake the code under
+//     test calls). The lease's [Lease.Lost] channel closes before Break
+//     returns, so the guard cancels the context it gave fn without
+//     waiting for a renewal; wait for that context's Done, or call
+//     synctest.Wait under testing/synctest, before the code goes on.
+//   - The token refused: [Locker.TakeOver] the key and claim the fence
+//     with the new lease's token, as the next holder would while the
+//     code under test was paused. The code is told nothing and goes on
+//     with its old token; its next claim fails with a [*token.StaleError].
+//
+// A refusal of another kind — a token refused as forged, or the store
+// unreachable — is a fence whose Check says so:
+// token.MemoryFence{Check: token.CheckFunc(...)}.
+//
+// Under testing/synctest (Go 1.25+), a Locker and a guard created in the
+// bubble run on its clock: leases expire and renew in fake time, so a
+// time.Sleep of the renewal interval reaches the guard's next renewal at
+// once.
+//
 // # Memory
 //
 // A key costs memory only while it is held or waited for; the entry is

@@ -214,8 +214,14 @@ func (l *Locker) Current(_ context.Context, key string) (token.Token, error) {
 }
 
 // Break frees key at once, whoever holds it, as an operator deleting a lock
-// by hand would. The holder's next Renew or Release fails with
-// [locks.ErrNotHeld]. It reports whether the key was held.
+// by hand would, and hands it to the first waiter. The holder's
+// [Lease.Lost] channel is closed before Break returns, so a guard over the
+// Locker cancels the holder's lease context without waiting for a renewal;
+// its next Renew or Release fails with [locks.ErrNotHeld]. It reports
+// whether the key was held.
+//
+// In a test, Break is the lease lost in the middle of the critical section
+// (see the package doc, "Testing").
 func (l *Locker) Break(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -225,6 +231,33 @@ func (l *Locker) Break(key string) bool {
 	}
 	l.handOverLocked(key, e, e.holder)
 	return true
+}
+
+// TakeOver grants key to a new lease at once, ahead of any waiter, as the
+// lock service does when the holder's lease ran out while the holder was
+// paused and the next one acquired: the previous holder is told nothing
+// (its [Lease.Lost] stays open) until its next Renew or Release, which
+// fail with [locks.ErrNotHeld]. The new lease's token is above every
+// earlier one. It fails as [Locker.TryAcquire] does for a bad key or TTL,
+// or when the counter is at its ceiling.
+//
+// In a test, TakeOver is the next holder getting in while the code under
+// test still believes it holds the lock: claim a fence with the new
+// lease's token, and the old holder's next claim is refused as stale (see
+// the package doc, "Testing").
+func (l *Locker) TakeOver(key string, ttl time.Duration) (*Lease, error) {
+	if err := locks.CheckArgs(key, ttl, MinTTL); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entryLocked(key, l.now())
+	lease, err := l.grantLocked(key, e, ttl)
+	if err != nil {
+		l.dropIfIdleLocked(key, e)
+		return nil, err
+	}
+	return lease, nil
 }
 
 // entryLocked returns key's entry, creating it, and first expires a holder
@@ -254,6 +287,9 @@ func (l *Locker) expireLocked(key string, e *entry, now time.Time) {
 func (l *Locker) handOverLocked(key string, e *entry, from *Lease) {
 	if e.holder == from {
 		e.holder = nil
+		if !from.released {
+			close(from.lost) // expired or broken: the holder did not let go
+		}
 	}
 	if e.holder != nil {
 		return // from had lost the lock already; the holder stays
@@ -304,7 +340,7 @@ func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) (*Lease, e
 	// unsigned token).
 	floor := token.Token(max(now.UnixMicro(), 0))
 	l.last = max(l.last+1, floor)
-	lease := &Lease{l: l, key: key, tok: l.last, ttl: ttl, e: e}
+	lease := &Lease{l: l, key: key, tok: l.last, ttl: ttl, e: e, lost: make(chan struct{})}
 	e.holder = lease
 	e.expires = now.Add(ttl)
 	lease.deadline = e.expires
@@ -319,12 +355,23 @@ type Lease struct {
 	ttl time.Duration
 	e   *entry // the entry this grant was made in
 
+	lost chan struct{} // closed under l.mu when the grant ends without a Release
+
 	// guarded by l.mu
 	deadline time.Time
 	released bool
 }
 
-var _ locks.Lease = (*Lease)(nil)
+var (
+	_ locks.Lease        = (*Lease)(nil)
+	_ locks.LossNotifier = (*Lease)(nil)
+)
+
+// Lost implements [locks.LossNotifier]: the channel is closed when the
+// grant ends other than by its own Release — [Locker.Break], or its expiry
+// once the Locker notices it (another acquire of the key, a Renew or a
+// Release of this grant).
+func (s *Lease) Lost() <-chan struct{} { return s.lost }
 
 // Key implements [locks.Lease].
 func (s *Lease) Key() string { return s.key }
