@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,5 +138,84 @@ func TestRedisFenceThroughReplica(t *testing.T) {
 	}
 	if err := rf.Claim(ctx, "r", 9); !errors.Is(err, token.ErrStale) {
 		t.Errorf("stale 9 through the replica: %v", err)
+	}
+}
+
+// heldSequencer asks the real Sequencer and, for the first lookup after
+// hold, keeps its answer back until released.
+type heldSequencer struct {
+	token.Sequencer
+	once    sync.Once
+	asked   chan struct{} // closed when the held lookup has its answer
+	release chan struct{}
+}
+
+func hold(s token.Sequencer) *heldSequencer {
+	return &heldSequencer{Sequencer: s, asked: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldSequencer) Current(ctx context.Context, key string) (token.Token, error) {
+	t, err := h.Sequencer.Current(ctx, key)
+	h.once.Do(func() {
+		close(h.asked)
+		<-h.release
+	})
+	return t, err
+}
+
+// TestSequencerForgetDuringLookup: a forger's claim whose sequencer lookup
+// reads the counter before the operator's recovery (delete the healed
+// counter, reset the mark to the new holder's token, Forget) and returns
+// after it. The old, higher answer is neither used nor cached: the claim
+// in flight and a later one with the same token are refused as forged,
+// the mark stays at the new holder's token and the holder gets through.
+func TestSequencerForgetDuringLookup(t *testing.T) {
+	ctx := context.Background()
+	db := redisserver.Shared(t)
+	c := rdb(t, db.Addr)
+	l, _ := redislock.New(c, redislock.Options{Prefix: db.Prefix})
+	defer l.Close()
+	seq := hold(redislock.NewSequencer(c, db.Prefix))
+	check := token.SequencerCheck(seq, token.SequencerOptions{CacheTTL: time.Hour})
+	fence := redislock.NewFence(c, redislock.FenceOptions{Prefix: db.Prefix + "fence:", Check: check})
+	const high = token.Token(1 << 60) // a poisoned mark healed into the counter
+	if _, err := l.Heal(ctx, "sku:1", high); err != nil {
+		t.Fatal(err)
+	}
+	le, err := l.Acquire(ctx, "sku:1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = le.Release(ctx)
+	// Between the recovered counter (the clock) and the healed one.
+	forged := token.Token(time.Now().UnixMicro()) + 1_000_000_000_000
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- fence.Claim(ctx, "sku:1", forged) }()
+	<-seq.asked // the forger's lookup has read the healed counter
+	if err := c.Del(ctx, db.Prefix+"{sku:1}:tok").Err(); err != nil {
+		t.Fatal(err)
+	}
+	le, err = l.Acquire(ctx, "sku:1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	if _, err := fence.Reset(ctx, "sku:1", le.Token()); err != nil {
+		t.Fatal(err)
+	}
+	check.Forget("sku:1")
+	close(seq.release)
+	errInFlight := <-inFlight
+	errLater := fence.Claim(ctx, "sku:1", forged)
+	honest := fence.Claim(ctx, "sku:1", le.Token())
+	t.Logf("holder %d, forged %d: claim in flight across Forget → %v; later → %v; holder → %v", le.Token(), forged, errInFlight, errLater, honest)
+	if !errors.Is(errInFlight, token.ErrForged) {
+		t.Errorf("the claim whose lookup was in flight across Forget: %v, want forged", errInFlight)
+	}
+	if !errors.Is(errLater, token.ErrForged) {
+		t.Errorf("a later claim of %d: %v, want forged (the answer from before Forget was cached)", forged, errLater)
+	}
+	if honest != nil {
+		t.Errorf("the new holder %d is locked out: %v", le.Token(), honest)
 	}
 }
