@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.19.1
 	go.uber.org/goleak v1.3.0
 )

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/metrics/prom"
@@ -41,7 +42,7 @@ func byPrefix(key string) string { c, _, _ := strings.Cut(key, ":"); return c }
 func TestLeaseLifecycle(t *testing.T) {
 	m, reg := newMetrics(t, prom.Options{Class: byPrefix})
 	ml := memlock.New()
-	g, err := guard.New(ml, guard.Options{TTL: 300 * time.Millisecond, Observer: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	g, err := guard.New(ml, guard.Options{TTL: 5 * time.Second, RenewInterval: 50 * time.Millisecond, Observer: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,14 @@ func TestLeaseLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond) // two renewals at TTL/3
+	// Two renewals, however late the scheduler runs the keep-alive (a long
+	// TTL, so that a stall cannot lose the lease before Break does).
+	harness.Eventually(t, 10*time.Second, func() error {
+		if n := sum(t, reg, "fenceguard_renewals_total"); n < 2 {
+			return fmt.Errorf("%v renewals recorded, want 2", n)
+		}
+		return nil
+	})
 	ml.Break("sku:1")
 	<-lease.Context().Done()
 	_ = lease.Release(ctx)
