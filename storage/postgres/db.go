@@ -53,10 +53,17 @@ var (
 type SchemaError struct {
 	Object string // the table as configured, e.g. "public.items"
 	Err    error  // the cause, usually a *pgconn.PgError
+	// Fix says what sets the schema up, e.g. "run postgres.Migrate, which
+	// creates the high-water table fence_tokens" or "run
+	// Table.AddTokenColumn"; empty when the cause does not tell.
+	Fix string
 }
 
 func (e *SchemaError) Error() string {
-	return fmt.Sprintf("postgres: %s is not set up for fencing: %v", e.Object, e.Err)
+	if e.Fix == "" {
+		return fmt.Sprintf("postgres: %s is not set up for fencing: %v", e.Object, e.Err)
+	}
+	return fmt.Sprintf("postgres: %s is not set up for fencing: %v; to fix: %s", e.Object, e.Err, e.Fix)
 }
 
 func (e *SchemaError) Unwrap() []error { return []error{ErrSchema, e.Err} }
@@ -74,11 +81,28 @@ var schemaCodes = map[string]bool{
 
 // wrapErr classifies a failed statement about object.
 func wrapErr(op, object string, err error) error {
+	return wrapFix(op, object, err, nil)
+}
+
+// wrapFix is [wrapErr] with fix, which says how to set up what the
+// server's error says is missing ("" when it cannot tell).
+func wrapFix(op, object string, err error, fix func(*pgconn.PgError) string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && schemaCodes[pgErr.Code] {
-		return &SchemaError{Object: object, Err: err}
+		se := &SchemaError{Object: object, Err: err}
+		if fix != nil {
+			se.Fix = fix(pgErr)
+		}
+		return se
 	}
 	return fmt.Errorf("postgres: %s %s: %w", op, object, err)
+}
+
+// names reports whether the server's message names the object name (as
+// configured, parts joined by "."): PostgreSQL quotes the name it could
+// not find, e.g. relation "fence_tokens" does not exist.
+func names(pgErr *pgconn.PgError, name string) bool {
+	return strings.Contains(pgErr.Message, `"`+name+`"`)
 }
 
 // maxToken is the largest token a bigint column holds.
@@ -121,6 +145,9 @@ func bigint(resource string, t token.Token) (int64, error) {
 func resourceToken(ctx context.Context, check token.Check, resource string, t token.Token) (string, token.Token, int64, error) {
 	if ck, _, ok := token.FromContext(ctx); resource == "" && ok {
 		resource = ck
+	}
+	if err := lockMismatch(ctx, fmt.Sprintf("fenced transaction on %q", resource), resource, t, txHint); err != nil {
+		return "", 0, 0, err
 	}
 	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {

@@ -88,8 +88,12 @@
 //     [*ConditionError] ([ErrCondition]);
 //   - the schema does not fit: [ErrSchema] — a [*SchemaError] (a missing
 //     table, key or token column, unique index, a key type tombstones
-//     cannot name, a high-water table [Migrate] has not upgraded) or a
-//     [*ColumnError] naming a column the table does not have;
+//     cannot name, a high-water table [Migrate] has not upgraded), whose
+//     Fix says what sets it up ([Migrate], [Table.AddTokenColumn], …), or
+//     a [*ColumnError] naming a column the table does not have;
+//   - a zero token while the context carries the token of another lock:
+//     [token.ErrMissing], naming both keys and what maps rows to locks
+//     ([TableOptions.LockKey]);
 //   - an argument no call could succeed with: [ErrBadInput].
 //
 // Constructors fail with descriptive errors. Any other error (a cancelled

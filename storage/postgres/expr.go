@@ -465,14 +465,14 @@ func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Clau
 func (tb *Table) wrap(op, sql string, x *exprShape, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Position <= 0 {
-		return wrapErr(op, tb.name, err)
+		return tb.wrapErr(op, sql, err)
 	}
 	pos := int(pgErr.Position)
 	if pgErr.Code == "42703" { // undefined_column
 		if col, ok := identAt(sql, pos); ok {
 			ce := &ColumnError{Table: tb.name, Column: col, Err: err}
 			if col == tb.rawKey || col == tb.rawTok {
-				return &SchemaError{Object: tb.name, Err: ce}
+				return &SchemaError{Object: tb.name, Err: ce, Fix: tb.fix(pgErr, sql)}
 			}
 			return ce
 		}
@@ -484,7 +484,7 @@ func (tb *Table) wrap(op, sql string, x *exprShape, err error) error {
 			}
 		}
 	}
-	return wrapErr(op, tb.name, err)
+	return tb.wrapErr(op, sql, err)
 }
 
 // identAt returns the column name at the 1-based character position pos of

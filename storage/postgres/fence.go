@@ -58,6 +58,9 @@ func (k *Tokens) Fence(db DB) *Fence { return &Fence{db: db, tokens: k} }
 // token when the context carries one for resource itself
 // ([enforce.Resolve]), else [token.ErrMissing].
 func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error {
+	if err := lockMismatch(ctx, fmt.Sprintf("claim %q", resource), resource, t, fenceHint); err != nil {
+		return err
+	}
 	t, err := enforce.Resolve(ctx, resource, t)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)

@@ -156,21 +156,21 @@ func (tb *Table) AddTokenColumn(ctx context.Context, db DB) error {
 		}
 	}()
 	if _, err := tx.Exec(ctx, `ALTER TABLE `+tb.tbl+` ADD COLUMN IF NOT EXISTS `+tb.tok+` bigint NOT NULL DEFAULT 0`); err != nil {
-		return wrapErr("add token column to", tb.name, err)
+		return tb.wrapErr("add token column to", "", err)
 	}
 	var typ string
 	var notNull bool
 	err = tx.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
  WHERE attrelid = $1::text::regclass AND attname = $2 AND NOT attisdropped`, tb.tbl, tb.rawTok).Scan(&typ, &notNull)
 	if err != nil {
-		return wrapErr("add token column to", tb.name, err)
+		return tb.wrapErr("add token column to", "", err)
 	}
 	if typ != "bigint" || !notNull {
 		null := " null"
 		if notNull {
 			null = " not null"
 		}
-		return &SchemaError{Object: tb.name, Err: fmt.Errorf("column %s is %s%s, want bigint not null", tb.rawTok, typ, null)}
+		return &SchemaError{Object: tb.name, Err: fmt.Errorf("column %s is %s%s, want bigint not null", tb.rawTok, typ, null), Fix: tb.tokenTypeFix()}
 	}
 	committed = true
 	if err := tx.Commit(ctx); err != nil {

@@ -19,7 +19,7 @@ const pruneBatch = 5000
 // on a high-water table that [Tokens.Migrate] of this version has not run
 // on: without the floor's trigger and row, deleting marks would not be
 // safe.
-var errNotMigrated = errors.New("the high-water table lacks the floor trigger; run Migrate")
+var errNotMigrated = errors.New("the high-water table lacks the floor trigger")
 
 // Prune deletes, from the default high-water table, the marks not claimed
 // for olderThan. See [Tokens.Prune].
@@ -62,10 +62,10 @@ func (k *Tokens) Prune(ctx context.Context, db DB, olderThan time.Duration) (int
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::text::regclass AND tgname = $2 AND tgenabled <> 'D')
  AND EXISTS (`+k.floorSQL+`)`, k.table, floorTrigger).Scan(&migrated)
 	if err != nil {
-		return 0, wrapErr("prune", k.name, err)
+		return 0, k.wrapErr("prune", err)
 	}
 	if !migrated {
-		return 0, &SchemaError{Object: k.name, Err: errNotMigrated}
+		return 0, &SchemaError{Object: k.name, Err: errNotMigrated, Fix: k.migrateFix()}
 	}
 	var total int64
 	for retries := 0; ; {
@@ -77,7 +77,7 @@ func (k *Tokens) Prune(ctx context.Context, db DB, olderThan time.Duration) (int
 			continue
 		}
 		if err != nil {
-			return total, wrapErr("prune", k.name, err)
+			return total, k.wrapErr("prune", err)
 		}
 		total += n
 		if n < pruneBatch {
@@ -100,7 +100,7 @@ func (k *Tokens) Floor(ctx context.Context, db DB) (token.Token, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, wrapErr("read the floor of", k.name, err)
+		return 0, k.wrapErr("read the floor of", err)
 	}
 	return floorValue(f), nil
 }

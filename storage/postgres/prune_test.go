@@ -306,8 +306,8 @@ func TestPruneNeedsMigrate(t *testing.T) {
 	}
 	exec(t, pool, `DROP TRIGGER fenceguard_floor ON fence_tokens`, `DELETE FROM fence_tokens WHERE resource = ''`,
 		`INSERT INTO fence_tokens (resource, token, updated_at) VALUES ('sku:1', 5, now() - interval '2 days')`)
-	if _, err := postgres.Prune(ctx, pool, time.Hour); !errors.Is(err, postgres.ErrSchema) || !strings.Contains(err.Error(), "run Migrate") {
-		t.Fatalf("Prune without the trigger: %v, want a SchemaError saying to run Migrate", err)
+	if _, err := postgres.Prune(ctx, pool, time.Hour); !errors.Is(err, postgres.ErrSchema) || !strings.Contains(err.Error(), "run postgres.Migrate") {
+		t.Fatalf("Prune without the trigger: %v, want a SchemaError saying to run postgres.Migrate", err)
 	}
 	if got := rows(t, pool); got != 1 {
 		t.Fatalf("%d marks left, want 1", got)

@@ -106,7 +106,7 @@ func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Tok
 		return err
 	})
 	if err != nil {
-		return 0, wrapErr("reset "+resource+" in", k.name, err)
+		return 0, k.wrapErr("reset "+resource+" in", err)
 	}
 	enforce.LogReset(ctx, k.logger, "postgres "+k.name, resource, prev, to)
 	return prev, nil
@@ -217,7 +217,7 @@ func (tb *Table) Reset(ctx context.Context, db DB, key any, to token.Token) (pre
 		return 0, err
 	}
 	if err != nil {
-		return 0, wrapErr("reset", tb.name, err)
+		return 0, tb.wrapErr("reset", "", err)
 	}
 	if rowFound {
 		enforce.LogReset(ctx, tb.logger, "postgres "+tb.name, resource, rowPrev, to)

@@ -360,7 +360,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 		// read says by how much.
 		var row, tomb *int64
 		if err := db.QueryRow(ctx, tb.marksSQL, key, tb.name+"/").Scan(&row, &tomb); err != nil {
-			return wrapErr("upsert into", tb.name, err)
+			return tb.wrapErr("upsert into", tb.marksSQL, err)
 		}
 		if cur := token.Token(max(deref(row), deref(tomb))); cur > t {
 			return &token.StaleError{Resource: resource, Presented: t, Current: cur}
@@ -432,6 +432,9 @@ func (tb *Table) admit(ctx context.Context, op, resource string, key any, t toke
 	lk := resource
 	if tb.lockKey != nil && t == 0 {
 		lk = tb.lockKey(key)
+	}
+	if err := lockMismatch(ctx, op+" "+resource, lk, t, func(ck string) string { return tb.lockKeyHint(ck, lk, key) }); err != nil {
+		return 0, 0, err
 	}
 	t, err := enforce.Resolve(ctx, lk, t)
 	if err != nil {
@@ -710,7 +713,7 @@ func (tb *Table) fenced(ctx context.Context, db DB, op, sql string, args []any, 
 			return false, nil
 		}
 		if err != nil {
-			return true, wrapErr(op, tb.name, err)
+			return true, tb.wrapErr(op, tb.currentSQL, err)
 		}
 		if token.Token(cur) > t {
 			return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}

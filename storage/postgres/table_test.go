@@ -640,7 +640,7 @@ func TestTableTokenFromContext(t *testing.T) {
 	}
 	// Another lock's token: refused, the row untouched.
 	err := items.Update(token.NewContext(ctx, "sku:1", 7), pool, 1, 0, postgres.Set("stock", 4))
-	if !errors.Is(err, token.ErrMissing) || !strings.Contains(err.Error(), `for "items/1": the context carries the token of "sku:1"`) {
+	if !errors.Is(err, token.ErrMissing) || !strings.Contains(err.Error(), `the context carries the token of lock "sku:1", and the lock key here is "items/1"`) {
 		t.Fatalf("Update with sku:1's token in the context = %v, want ErrMissing naming items/1 and sku:1", err)
 	}
 	if stock, mark := row(t, pool, 1); stock != 5 || mark != 6 {
@@ -661,7 +661,7 @@ func TestTableTokenFromContext(t *testing.T) {
 	if _, mark := row(t, pool, 1); mark != 7 {
 		t.Fatalf("mark %d, want the context's 7", mark)
 	}
-	if err := skus.Update(sku1, pool, 2, 0, postgres.Set("stock", 4)); !errors.Is(err, token.ErrMissing) || !strings.Contains(fmt.Sprint(err), `for "sku:2"`) {
+	if err := skus.Update(sku1, pool, 2, 0, postgres.Set("stock", 4)); !errors.Is(err, token.ErrMissing) || !strings.Contains(fmt.Sprint(err), `the lock key here is "sku:2"`) {
 		t.Fatalf("row 2 under sku:1's token = %v, want ErrMissing naming sku:2", err)
 	}
 	// An explicit token wins over the context's.

@@ -258,7 +258,7 @@ func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.T
 func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (cur token.Token, found bool, err error) {
 	var row, floor *int64
 	if err := q.QueryRow(ctx, k.highWaterSQL, resource).Scan(&row, &floor); err != nil {
-		return 0, false, wrapErr("read high-water of", k.name, err)
+		return 0, false, k.wrapErr("read high-water of", err)
 	}
 	if row != nil {
 		return token.Token(*row), true, nil
@@ -307,7 +307,27 @@ func (k *Tokens) claimErr(q any, resource string, err error) error {
 	if _, nested := q.(pgx.Tx); nested && isSerializationFailure(err) {
 		return fmt.Errorf("postgres: claim %s in %s: serialization failure under the isolation level of the caller's transaction, which only a retry of that whole transaction can get past: %w", resource, k.name, err)
 	}
-	return wrapErr("claim "+resource+" in", k.name, err)
+	return k.wrapErr("claim "+resource+" in", err)
+}
+
+// wrapErr is [wrapErr] for a statement on k's table: a missing table or
+// schema is fixed by [Tokens.Migrate].
+func (k *Tokens) wrapErr(op string, err error) error {
+	return wrapFix(op, k.name, err, func(pgErr *pgconn.PgError) string {
+		switch pgErr.Code {
+		case "42P01", "3F000":
+			return k.migrateFix()
+		}
+		return ""
+	})
+}
+
+// migrateFix says how to create or upgrade k's table.
+func (k *Tokens) migrateFix() string {
+	if k.table == defaultTokens.table {
+		return "run postgres.Migrate, which creates or upgrades the high-water table " + k.name
+	}
+	return "run Migrate on the Tokens named " + k.name + ", which creates or upgrades its high-water table"
 }
 
 // refused interprets a claim's result. done is false when the claim must be

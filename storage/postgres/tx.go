@@ -206,7 +206,7 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 			if floor, ok := floorRaise(err); ok && floor > t {
 				return &token.StaleError{Resource: resource, Presented: t, Current: floor}
 			}
-			return wrapErr("claim "+resource+" in", k.name, err)
+			return k.wrapErr("claim "+resource+" in", err)
 		}
 		if !claimed {
 			// Still inside the transaction: a fresh statement reads the
@@ -381,7 +381,7 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			lt.claimed = true
 			if sql == "" {
 				if err := br.Close(); err != nil {
-					lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+					lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
 					return nil, nil, lt.claimErr
 				}
 				return nil, nil, nil
@@ -411,12 +411,12 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			continue
 		}
 		if !isStaleRaise(err) {
-			lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+			lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
 			return nil, nil, lt.claimErr
 		}
 		cur, err := lt.reread(ctx)
 		if err != nil {
-			lt.claimErr = wrapErr("claim "+lt.resource+" in", lt.k.name, err)
+			lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
 			return nil, nil, lt.claimErr
 		}
 		if cur > lt.t {

@@ -119,10 +119,10 @@ func (tb *Table) Verify(ctx context.Context, db DB) error {
 	)
 	err := db.QueryRow(ctx, verifySQL, tb.tbl, tb.rawKey).Scan(&typ, &typID, &base, &baseName, &coll, &deterministic, &indexColls)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &SchemaError{Object: tb.name, Err: fmt.Errorf("no key column %q", tb.rawKey)}
+		return &SchemaError{Object: tb.name, Err: fmt.Errorf("no key column %q", tb.rawKey), Fix: tb.keyColumnFix()}
 	}
 	if err != nil {
-		return wrapErr("verify", tb.name, err)
+		return tb.wrapErr("verify", "", err)
 	}
 	kte := &KeyTypeError{Column: tb.rawKey, Type: typ}
 	if charTypes[base] {
@@ -148,5 +148,5 @@ func (tb *Table) Verify(ctx context.Context, db DB) error {
 		tb.verified.Store(true)
 		return nil
 	}
-	return &SchemaError{Object: tb.name, Err: kte}
+	return &SchemaError{Object: tb.name, Err: kte, Fix: keyTypeFix}
 }
