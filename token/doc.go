@@ -58,6 +58,9 @@
 //   - [ErrNoResource]: an empty resource key.
 //   - [ErrRange]: a token beyond what a store or a locker's counter can
 //     represent; a [*RangeError].
+//   - [ErrNotFound], [ErrCondition]: a store enforcer found no such
+//     resource, or a condition of the access false; the store's own
+//     errors for these unwrap to them.
 //
 // Any other error from a Fence or a Check means the check could not be
 // made: treat it as a refusal, never as acceptance.

@@ -17,6 +17,18 @@ var ErrStale = errors.New("stale fencing token")
 // (a route, a row); an empty one is a bug in the code that derives it.
 var ErrNoResource = rule.ErrNoResource
 
+// ErrNotFound is what a store enforcer's "no such row" unwraps to (in
+// storage/postgres, ErrNoRow): the guarded resource does not exist, and
+// nothing was written or claimed. It lets code that serves many stores —
+// httpmw's WriteError, its Transport on the client — tell this answer
+// apart without knowing the store.
+var ErrNotFound = errors.New("no such resource")
+
+// ErrCondition is what a store enforcer's "condition not met" unwraps to
+// (in storage/postgres, every ConditionError): the token was accepted, but
+// a condition of the access was false, so nothing was changed.
+var ErrCondition = errors.New("condition not met")
+
 // StaleError reports a token lower than the resource's high-water mark. It
 // unwraps to [ErrStale].
 //

@@ -35,8 +35,9 @@ type querier interface {
 // none in the context wraps [token.ErrMissing]; an empty resource key is
 // [token.ErrNoResource].
 var (
-	// ErrNoRow: the guarded row does not exist. Nothing was written.
-	ErrNoRow = errors.New("postgres: no such row")
+	// ErrNoRow: the guarded row does not exist. Nothing was written. It
+	// unwraps to [token.ErrNotFound].
+	ErrNoRow error = &kindError{"postgres: no such row", token.ErrNotFound}
 	// ErrBadInput: an argument no call could succeed with (a nil key, a
 	// column list that does not match its destinations, an assignment to
 	// the key or token column, …). Nothing was sent to the server.
@@ -44,6 +45,16 @@ var (
 	// ErrSchema is what every [*SchemaError] unwraps to.
 	ErrSchema = errors.New("postgres: schema not set up for fencing")
 )
+
+// kindError is an error value of this package that also matches the
+// sentinel of package token for its kind of answer.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
 
 // SchemaError reports that the database lacks what a fenced statement
 // needs: the guarded table, its token or key column, a unique index on the

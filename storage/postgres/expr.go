@@ -70,8 +70,9 @@ func Where(cond string, args ...any) Clause {
 	return Clause{kind: clauseWhere, value: Expression{cond, args}}
 }
 
-// ErrCondition is what every [*ConditionError] unwraps to.
-var ErrCondition = errors.New("postgres: condition not met")
+// ErrCondition is what every [*ConditionError] unwraps to. It unwraps to
+// [token.ErrCondition].
+var ErrCondition error = &kindError{"postgres: condition not met", token.ErrCondition}
 
 // ConditionError reports that [Table.Update] found the row and accepted
 // the token, but a [Where] condition was not true: nothing was assigned.
