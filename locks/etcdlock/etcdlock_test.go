@@ -26,6 +26,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdserver.ExamplesNeed()
+	examplesFromEnv()
 	harness.Main(m)
 }
 

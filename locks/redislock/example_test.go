@@ -1,16 +1,17 @@
 package redislock_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/locks/redislock"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -18,14 +19,14 @@ import (
 // A worker guards a job with a Redis lock and fences its writes with a
 // Redis-backed Fence: the holder's claim goes through, and a holder whose
 // lease ran out while it was paused is refused once the next holder has
-// claimed. (It runs against the tests' own Redis; yours is your server.)
+// claimed. It runs as written against the Redis at REDIS_ADDR (default
+// 127.0.0.1:6379); this package's tests point REDIS_ADDR at their own.
 func Example() {
 	ctx := context.Background()
-	srv := redisserver.Example() // the tests' Redis, with a key prefix of its own
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: cmp.Or(os.Getenv("REDIS_ADDR"), "127.0.0.1:6379")})
 	defer rdb.Close()
 
-	locker, err := redislock.New(rdb, redislock.Options{Prefix: srv.Prefix})
+	locker, err := redislock.New(rdb, redislock.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fence := redislock.NewFence(rdb, redislock.FenceOptions{Prefix: srv.Prefix + "fence:"})
+	fence := redislock.NewFence(rdb, redislock.FenceOptions{})
 
 	var first token.Token
 	err = g.Do(ctx, "job:nightly-report", func(ctx context.Context, t token.Token) error {

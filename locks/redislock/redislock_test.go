@@ -28,6 +28,7 @@ import (
 // it wakes (the Unreachable conformance test leaves one behind).
 func TestMain(m *testing.M) {
 	redisserver.ExamplesNeed()
+	examplesFromEnv()
 	harness.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
