@@ -63,7 +63,8 @@
 // in a stale refusal — for Options.MarkCacheTTL (default 1 s), and refuses a
 // lower token with the same 409 without a statement. This only ever
 // refuses what the store would: marks only go up, except by an operator's
-// reset, which drops the entry in the instance that made it; another
+// reset, which drops the entry in the instance that made it (and the
+// answers still to come of requests in flight there); another
 // instance may go on refusing tokens between the new mark and the old for up
 // to the TTL. Nothing is accepted on the cache's word: a token it lets
 // through is checked and claimed by the store as before.

@@ -26,7 +26,9 @@ const maxCachedMarks = 1 << 16
 // only go up — except by an operator's reset. A reset through this process
 // drops the item's entry; one through another process (or straight in the
 // database) is seen here within the TTL, after which the store is asked
-// again, and every answer of the store replaces the entry. So after a
+// again, and every answer of the store replaces the entry — except an
+// answer to a request that was in flight when a reset went through this
+// process: it may be from before the reset, and is not kept. So after a
 // reset that lowers a mark, another instance may go on refusing tokens
 // between the new and the old mark for up to the TTL; nothing it accepts
 // is ever decided here — every token it lets through is checked and
@@ -35,8 +37,9 @@ type markCache struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu sync.Mutex
-	m  map[string]cachedMark
+	mu     sync.Mutex
+	m      map[string]cachedMark
+	resets uint64 // resets through this process, so far
 }
 
 type cachedMark struct {
@@ -74,27 +77,44 @@ func (c *markCache) stale(sku string, t token.Token) *token.StaleError {
 	return &token.StaleError{Resource: resource(sku), Presented: t, Current: e.mark}
 }
 
-// learn records the store's latest word on sku's mark. It replaces what
-// was there, lower or not: a lower answer than the entry's means the mark
-// was reset (or an older answer arrived late) — a lower bound either way.
-func (c *markCache) learn(sku string, mark token.Token) {
+// epoch is taken before a request asks the store, and given to learn
+// with the store's answer.
+func (c *markCache) epoch() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resets
+}
+
+// learn records the store's latest word on sku's mark, asked for at
+// epoch. It replaces what was there, lower or not: a lower answer than the
+// entry's means the mark was reset (or an older answer arrived late) — a
+// lower bound either way. An answer asked for before a reset through this
+// process (forget) is dropped: it may name the mark the reset replaced.
+func (c *markCache) learn(sku string, mark token.Token, epoch uint64) {
 	if c == nil || mark.IsZero() {
 		return
 	}
 	now := c.now()
 	c.mu.Lock()
-	if _, ok := c.m[sku]; ok || len(c.m) < maxCachedMarks {
+	if epoch != c.resets {
+		// asked for before a reset: the entry stays as the reset left it
+	} else if _, ok := c.m[sku]; ok || len(c.m) < maxCachedMarks {
 		c.m[sku] = cachedMark{mark: mark, at: now}
 	}
 	c.mu.Unlock()
 }
 
-// forget drops sku's entry (its mark was reset through this process).
+// forget drops sku's entry (its mark was reset through this process), and
+// every answer still to come to a request asked before it.
 func (c *markCache) forget(sku string) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	delete(c.m, sku)
+	c.resets++
 	c.mu.Unlock()
 }

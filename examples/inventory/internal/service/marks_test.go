@@ -3,7 +3,9 @@ package service_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,6 +168,79 @@ func TestMarkCacheResetElsewhere(t *testing.T) {
 				t.Fatalf("a still refuses 40 %v after the reset: %d %+v", time.Since(learned), r.status, r.problem)
 			}
 			time.Sleep(ttl / 4)
+		}
+	})
+}
+
+// heldStore holds back the answer of the first fenced Sell after hold:
+// the store has decided, the handler has not heard yet.
+type heldStore struct {
+	service.Store
+	mu      sync.Mutex
+	asked   chan struct{} // closed when the held Sell has the store's answer
+	release chan struct{}
+}
+
+func (s *heldStore) hold() (asked <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked, s.release = make(chan struct{}), make(chan struct{})
+	return s.asked, func() { close(s.release) }
+}
+
+func (s *heldStore) Sell(ctx context.Context, sku string, t token.Token) error {
+	err := s.Store.Sell(ctx, sku, t)
+	s.mu.Lock()
+	asked, release := s.asked, s.release
+	s.asked = nil
+	s.mu.Unlock()
+	if asked != nil {
+		close(asked)
+		<-release
+	}
+	return err
+}
+
+// A request in flight on the instance a reset goes through: the store
+// answered it (stale, the poisoned mark 1000) before the reset, the
+// handler hears after. That answer is from before the reset and is not
+// kept: the honest holder the reset was for gets through at once, not
+// after the cache's TTL.
+func TestMarkCacheResetDuringRequest(t *testing.T) {
+	stores(t, func(t *testing.T, newStore func(*testing.T) service.Store) {
+		shared := newStore(t)
+		store := &heldStore{Store: shared}
+		a := newServerTTL(t, store, time.Hour)
+		b := newServerTTL(t, shared, -1)
+		if r := call(t, b, "PUT", "/admin/items/lamp", "", `{"stock": 100}`); r.status != 200 {
+			t.Fatalf("seeding: %d %s", r.status, r.body)
+		}
+		if r := call(t, b, "POST", "/items/lamp/sell", "1000", ""); r.status != 204 { // the poisoned mark
+			t.Fatalf("sell with 1000: %d %s", r.status, r.body)
+		}
+		asked, release := store.hold()
+		inFlight := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest("POST", a.URL+"/items/lamp/sell", nil)
+			req.Header.Set(token.Header, "20")
+			resp, err := a.Client().Do(req)
+			if err != nil {
+				inFlight <- 0
+				return
+			}
+			resp.Body.Close()
+			inFlight <- resp.StatusCode
+		}()
+		<-asked // the store has refused 20 against 1000
+		if r := call(t, a, "POST", "/admin/items/lamp/reset-mark", "", `{"to": "10"}`); r.status != 200 {
+			t.Fatalf("reset through a: %d %s", r.status, r.body)
+		}
+		release()
+		if got := <-inFlight; got != 409 {
+			t.Fatalf("the request in flight: %d, want the store's 409 from before the reset", got)
+		}
+		if r := call(t, a, "POST", "/items/lamp/sell", "20", ""); r.status != 204 {
+			t.Errorf("sell with 20 after the reset to 10 through this instance: %d %+v (a stale answer from before the reset was cached)", r.status, r.problem)
 		}
 	})
 }

@@ -230,13 +230,13 @@ func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.token(r, sku)
+	t, epoch, err := s.token(r, sku)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	it, err := s.store.Get(r.Context(), sku, t)
-	s.recordClaim(sku, t, err)
+	s.recordClaim(sku, t, epoch, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -253,13 +253,13 @@ func (s *server) putStock(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.token(r, sku)
+	t, epoch, err := s.token(r, sku)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	it, err := s.store.SetStock(r.Context(), sku, stock, t)
-	s.recordClaim(sku, t, err)
+	s.recordClaim(sku, t, epoch, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -272,7 +272,7 @@ func (s *server) sell(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.token(r, sku)
+	t, epoch, err := s.token(r, sku)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -282,7 +282,7 @@ func (s *server) sell(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, ErrSoldOut) {
 		claimErr = nil // the store accepted the token: sold out is an answer
 	}
-	s.recordClaim(sku, t, claimErr)
+	s.recordClaim(sku, t, epoch, claimErr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -396,41 +396,45 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // token is the token the middleware accepted for this item, or zero: no
-// fencing, or a read without a token. A token below a mark the store
-// reported for the item moments ago is refused here as stale (markCache). A token the middleware claimed for
-// another resource is an error, never a reason to access the item unfenced:
-// the handler and the middleware would disagree on what the item is.
-func (s *server) token(r *http.Request, sku string) (token.Token, error) {
+// fencing, or a read without a token; and the mark cache's epoch, for
+// recordClaim. A token below a mark the store reported for the item
+// moments ago is refused here as stale (markCache). A token the middleware
+// claimed for another resource is an error, never a reason to access the
+// item unfenced: the handler and the middleware would disagree on what
+// the item is.
+func (s *server) token(r *http.Request, sku string) (token.Token, uint64, error) {
 	if !s.fenced {
-		return 0, nil
+		return 0, 0, nil
 	}
+	epoch := s.marks.epoch()
 	key, t, ok := token.FromContext(r.Context())
 	switch {
 	case !ok:
-		return 0, nil
+		return 0, epoch, nil
 	case key != resource(sku):
-		return 0, fmt.Errorf("the middleware claimed %q, the handler serves %q", key, resource(sku))
+		return 0, 0, fmt.Errorf("the middleware claimed %q, the handler serves %q", key, resource(sku))
 	}
 	if se := s.marks.stale(sku, t); se != nil {
 		s.metrics.Claim("items:"+sku, t, se) // refused as the store would have
-		return 0, se
+		return 0, 0, se
 	}
-	return t, nil
+	return t, epoch, nil
 }
 
 // recordClaim counts the store's own check of a fenced access, under the
 // class "items" (the middleware's claims count under "sku"), and keeps the
-// mark the store reported.
-func (s *server) recordClaim(sku string, t token.Token, err error) {
+// mark the store reported unless a reset went through this process since
+// epoch.
+func (s *server) recordClaim(sku string, t token.Token, epoch uint64, err error) {
 	if t.IsZero() || errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
 		return
 	}
 	var stale *token.StaleError
 	switch {
 	case err == nil:
-		s.marks.learn(sku, t)
+		s.marks.learn(sku, t, epoch)
 	case errors.As(err, &stale):
-		s.marks.learn(sku, stale.Current)
+		s.marks.learn(sku, stale.Current, epoch)
 	}
 	s.metrics.Claim("items:"+sku, t, err)
 }
