@@ -1,49 +1,47 @@
 package postgres_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceguard/fenceguard/guard"
-	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// exampleDB connects to a fresh database of the tests' own PostgreSQL
-// (yours is your DSN) with an items table of one row, sku 42, stock 1.
-func exampleDB(ctx context.Context) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, pgserver.Example().DSN)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE items (sku bigint PRIMARY KEY, stock int NOT NULL)`); err != nil {
-		log.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO items VALUES (42, 1)`); err != nil {
-		log.Fatal(err)
-	}
-	return pool
-}
-
 // The everyday path: a holder takes the item's lock with guard.Do and
 // sells one unit in one fenced statement; the next finds it sold out (the
 // condition false, a typed error), and a holder that kept its token past
-// its lease is refused.
+// its lease is refused. It runs as written against the database at
+// DATABASE_URL (default postgres://postgres@localhost:5432/postgres), in a
+// table example_items of its own; this package's tests point DATABASE_URL
+// at a database of their own.
 func Example() {
 	ctx := context.Background()
-	pool := exampleDB(ctx)
+	pool, err := pgxpool.New(ctx, cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@localhost:5432/postgres"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
+	// The guarded table, with one unit of sku 42 in stock.
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_items (sku bigint PRIMARY KEY, stock int NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO example_items VALUES (42, 1) ON CONFLICT (sku) DO UPDATE SET stock = 1`); err != nil {
+		log.Fatal(err)
+	}
 
 	items, err := postgres.NewTable(postgres.TableOptions{
-		Name: pgx.Identifier{"items"}, Key: "sku",
+		Name: pgx.Identifier{"example_items"}, Key: "sku",
 		LockKey: postgres.LockKeyPrefix("sku:"), // rows are locked as "sku:<sku>"
 	})
 	if err != nil {
@@ -60,7 +58,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	sell := func(ctx context.Context) error {
-		// UPDATE items SET stock = stock - 1 WHERE sku = 42 AND stock > 0,
+		// UPDATE example_items SET stock = stock - 1 WHERE sku = 42 AND stock > 0,
 		// with the token check, in one statement; the token is the
 		// context's, granted for "sku:42".
 		return items.Update(ctx, pool, 42, 0, postgres.Add("stock", -1), postgres.Where("stock > 0"))
@@ -80,7 +78,7 @@ func Example() {
 	err = sell(paused) // the first holder wakes up
 	fmt.Println("first holder, late, refused:", errors.Is(err, token.ErrStale))
 	var stock int
-	if err := pool.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT stock FROM example_items WHERE sku = 42`).Scan(&stock); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("stock:", stock)
@@ -94,12 +92,23 @@ func Example() {
 
 // Table mode: any SQL in one transaction, under a claim of the lock's key
 // held until commit. The empty resource and the zero token are the
-// context's: the key guard.Do locked and its token.
+// context's: the key guard.Do locked and its token. It runs against the
+// database at DATABASE_URL, as Example does.
 func ExampleTx_guarded() {
 	ctx := context.Background()
-	pool := exampleDB(ctx)
+	pool, err := pgxpool.New(ctx, cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@localhost:5432/postgres"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
+	// The guarded table, with one unit of sku 42 in stock.
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_items (sku bigint PRIMARY KEY, stock int NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO example_items VALUES (42, 1) ON CONFLICT (sku) DO UPDATE SET stock = 1`); err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool); err != nil { // the fence_tokens table
 		log.Fatal(err)
 	}
 	g, err := guard.New(memlock.New(), guard.Options{TTL: 10 * time.Second})
@@ -109,10 +118,10 @@ func ExampleTx_guarded() {
 	restock := func(ctx context.Context) error {
 		return postgres.Tx(ctx, pool, "", 0, func(tx pgx.Tx) error {
 			var stock int
-			if err := tx.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT stock FROM example_items WHERE sku = 42`).Scan(&stock); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `UPDATE items SET stock = $1 WHERE sku = 42`, stock+10)
+			_, err := tx.Exec(ctx, `UPDATE example_items SET stock = $1 WHERE sku = 42`, stock+10)
 			return err
 		})
 	}
@@ -129,7 +138,7 @@ func ExampleTx_guarded() {
 	var stale *token.StaleError
 	fmt.Println("first holder again, refused:", errors.As(err, &stale), stale.Resource)
 	var stock int
-	if err := pool.QueryRow(ctx, `SELECT stock FROM items WHERE sku = 42`).Scan(&stock); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT stock FROM example_items WHERE sku = 42`).Scan(&stock); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("stock:", stock)

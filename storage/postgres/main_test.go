@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 		os.Exit(holdChild())
 	}
 	pgserver.ExamplesNeed()
+	examplesFromEnv()
 	harness.Main(m)
 }
 
