@@ -294,3 +294,41 @@ func TestSequencerCheckForgetDuringLookup(t *testing.T) {
 		}
 	}
 }
+
+// seqFunc is a Sequencer from a function.
+type seqFunc func(ctx context.Context, key string) (token.Token, error)
+
+func (f seqFunc) Current(ctx context.Context, key string) (token.Token, error) { return f(ctx, key) }
+
+// A Forget of another lock leaves a lookup's answer cached; a check whose
+// every lookup is overtaken by a Forget of its lock refuses, with an error
+// that is not a verdict on the token.
+func TestSequencerCheckForgetDuringEveryLookup(t *testing.T) {
+	ctx := context.Background()
+	var c *token.SequencerChecker
+	var queries atomic.Int64
+	forget := "other"
+	c = token.SequencerCheck(seqFunc(func(context.Context, string) (token.Token, error) {
+		queries.Add(1)
+		c.Forget(forget)
+		return 100, nil
+	}), token.SequencerOptions{})
+	for range 2 {
+		if err := c.Check(ctx, "k", 100); err != nil {
+			t.Fatalf("Check(100) against 100 with another lock forgotten = %v", err)
+		}
+	}
+	if n := queries.Load(); n != 1 {
+		t.Errorf("%d lookups, want 1: a Forget of another lock dropped the answer", n)
+	}
+	forget = "k"
+	c.Forget("k")
+	queries.Store(0)
+	err := c.Check(ctx, "k", 100)
+	if err == nil || errors.Is(err, token.ErrForged) {
+		t.Errorf("Check with every lookup overtaken by Forget = %v, want a refusal that is not a verdict", err)
+	}
+	if n := queries.Load(); n < 2 {
+		t.Errorf("%d lookups, want the check to ask again", n)
+	}
+}
