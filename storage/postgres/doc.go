@@ -23,7 +23,8 @@
 // is then claimed, as a read claims). The fragments of [Expr] and [Where]
 // are SQL written by the program, never user input; their arguments are
 // query parameters, and a fragment that could reach outside its own
-// parentheses is refused before anything is sent. When Go computes the new
+// parentheses is refused before anything is sent. [Returning] reads the
+// updated row back in the same statement. When Go computes the new
 // value, [Table.Read] then [Table.Update] under the same token: the read
 // claims the row.
 //

@@ -331,6 +331,11 @@ func (tb *Table) buildExpr(set []Clause) (*exprShape, error) {
 		x.spans = append(x.spans, span{s.from + chars, s.to + chars, s.sql})
 	}
 	add(where.String() + ` RETURNING true`)
+	for _, a := range set {
+		if a.kind == clauseReturning {
+			add(`, ` + quote(a.column))
+		}
+	}
 	x.update = b.String()
 	if len(x.conds) > 0 {
 		// The row's mark is claimed when the token is accepted and the
@@ -401,17 +406,17 @@ func missArgs(set []Clause, v int64, key any) []any {
 // delete — and then, as in [Table.claim], the row is read with a fresh
 // snapshot: no row, a higher mark (stale), or — the conditions hold now,
 // or the row was re-created lower — the Update runs again.
-func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Clause, key any, resource string, t token.Token, v int64) error {
+func (tb *Table) updateExpr(ctx context.Context, db DB, x *exprShape, set []Clause, key any, resource string, t token.Token, v int64, dest []any) error {
 	args := exprArgs(set, v, key)
 	if x.miss == "" {
-		found, err := tb.claim(ctx, db, "update", x.update, args, resource, t, nil, x)
+		found, err := tb.claim(ctx, db, "update", x.update, args, resource, t, dest, x)
 		if err == nil && !found {
 			err = tb.noRow("update", key)
 		}
 		return err
 	}
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
-		err := db.QueryRow(ctx, x.update, args...).Scan(new(bool))
+		err := db.QueryRow(ctx, x.update, args...).Scan(append([]any{new(bool)}, dest...)...)
 		if err == nil {
 			return nil
 		}

@@ -185,8 +185,9 @@ SELECT (SELECT ` + tb.tok + ` FROM fenceguard_cur), EXISTS (SELECT FROM fencegua
 }
 
 // Clause is one clause of [Table.Update]: a column's new value —
-// [Set] with a value or an [Expr], [Add] — or a condition on the row,
-// [Where]. [Table.Upsert] takes only Set with values.
+// [Set] with a value or an [Expr], [Add] — a condition on the row,
+// [Where], or a column to read back, [Returning]. [Table.Upsert] takes
+// only Set with values.
 type Clause struct {
 	kind   int
 	column string
@@ -259,6 +260,10 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 // one more statement, only on refusal (two when the row changed between
 // the statements' snapshots).
 //
+// [Returning] reads columns of the updated row back in the same
+// statement (a debit and its new balance, one round trip); a refused
+// Update leaves its destinations untouched.
+//
 // A column that does not exist — a typo in a Set or an Add, or in a
 // fragment — is a [*ColumnError] naming it.
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
@@ -266,10 +271,14 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
-	if len(set) == 0 {
+	cols, vals, plain, err := tb.assignments(set)
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 {
 		return fmt.Errorf("%w: Update with nothing to set (use Read to only claim)", ErrBadInput)
 	}
-	cols, vals, plain, err := tb.assignments(set)
+	ret, dest, err := returning(set)
 	if err != nil {
 		return err
 	}
@@ -284,10 +293,10 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 		return err
 	}
 	if x != nil {
-		return tb.updateExpr(ctx, db, x, set, key, resource, t, v)
+		return tb.updateExpr(ctx, db, x, set, key, resource, t, v, dest)
 	}
-	sql := tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
-	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, nil, nil)
+	sql := tb.updateShape(cols, ret)
+	found, err := tb.claim(ctx, db, "update", sql, append([]any{v, key}, vals...), resource, t, dest, nil)
 	if err == nil && !found {
 		err = tb.noRow("update", key)
 	}
@@ -321,6 +330,9 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	}
 	if !plain {
 		return fmt.Errorf("%w: Upsert takes values only (no Expr, Add or Where: the row may not exist)", ErrBadInput)
+	}
+	if ret, _, _ := returning(set); len(ret) > 0 {
+		return fmt.Errorf("%w: Upsert takes values only (Returning is for Update)", ErrBadInput)
 	}
 	t, v, err := tb.admit(ctx, "upsert", resource, key, t)
 	if err != nil {
@@ -519,16 +531,20 @@ func checkColumn(c string) error {
 
 // assignments validates set and splits it into columns and values; plain
 // is false when set has more than values (Expr, Add, Where), and then
-// cols and vals are of no use.
+// cols and vals are of no use. [Returning] clauses are not assignments:
+// see [returning].
 func (tb *Table) assignments(set []Clause) (cols []string, vals []any, plain bool, err error) {
 	cols = make([]string, 0, len(set))
 	vals = make([]any, 0, len(set))
 	plain = true
 	for _, a := range set {
-		if a.kind != clauseValue {
+		if a.kind != clauseValue && a.kind != clauseReturning {
 			plain = false
 		}
 		if a.kind == clauseWhere {
+			continue
+		}
+		if a.kind == clauseReturning {
 			continue
 		}
 		if err := checkColumn(a.column); err != nil {
@@ -736,4 +752,55 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// clauseReturning is the kind of a [Returning] clause.
+const clauseReturning = clauseWhere + 1
+
+// Returning makes [Table.Update] return column's value as the Update left
+// it, scanned into dest as [Table.Read] scans (any destination pgx's Scan
+// takes), in the same statement: a debit reads the new balance without
+// a second statement or claim,
+//
+//	var balance int64
+//	err := accounts.Update(ctx, pool, id, t, postgres.Add("balance", -amount),
+//		postgres.Where("balance >= $1", amount), postgres.Returning("balance", &balance))
+//
+// It is PostgreSQL's UPDATE … RETURNING: the row after the assignments,
+// the token column holding t. Several Returning clauses scan in their
+// order. dest is written only when the Update is accepted; a refusal —
+// a [*token.StaleError], [ErrNoRow], a [*ConditionError] — leaves it
+// untouched. If dest cannot hold its column, Update returns pgx's scan
+// error after the Update was made. [Table.Upsert] does not take it.
+func Returning(column string, dest any) Clause {
+	return Clause{kind: clauseReturning, column: column, value: dest}
+}
+
+// returning validates the [Returning] clauses of set and returns their
+// columns and destinations, in order.
+func returning(set []Clause) (cols []string, dest []any, err error) {
+	for _, a := range set {
+		if a.kind != clauseReturning {
+			continue
+		}
+		if err := checkColumn(a.column); err != nil {
+			return nil, nil, err
+		}
+		if _, ok := a.value.(Expression); ok {
+			return nil, nil, fmt.Errorf("%w: Returning %q into an Expression (a destination is a pointer)", ErrBadInput, a.column)
+		}
+		cols, dest = append(cols, a.column), append(dest, a.value)
+	}
+	return cols, dest, nil
+}
+
+// updateShape is the statement text of a plain Update assigning cols and
+// returning ret. An empty name separates the two lists in the shape's
+// key: no column name is empty.
+func (tb *Table) updateShape(cols, ret []string) string {
+	if len(ret) == 0 {
+		return tb.shape('u', cols, func() string { return tb.updateSQL(cols, nil) })
+	}
+	k := append(append(append(make([]string, 0, len(cols)+1+len(ret)), cols...), ""), ret...)
+	return tb.shape('U', k, func() string { return tb.updateSQL(cols, ret) })
 }
