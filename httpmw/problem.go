@@ -15,7 +15,8 @@ const ContentType = "application/problem+json"
 
 // The problem types the middleware answers with, one per outcome. Clients
 // tell outcomes apart by Type, not by status or title. They are
-// identifiers; nothing needs to fetch them.
+// identifiers that name no branch or version, so they do not change when
+// the code moves; fetched, they lead to this package's documentation.
 const (
 	TypeMissing     = typeBase + "missing-token"     // 428: no token on a route that requires one
 	TypeInvalid     = typeBase + "invalid-token"     // 400: not the wire form, or more than one header
@@ -25,7 +26,7 @@ const (
 	TypeUnavailable = typeBase + "fence-unavailable" // 503: the check could not be made
 )
 
-const typeBase = "https://github.com/fenceguard/fenceguard/tree/main/httpmw#"
+const typeBase = "https://pkg.go.dev/github.com/fenceguard/fenceguard/httpmw#"
 
 // Problem is an RFC 9457 problem details object: the body of every refusal
 // the middleware answers with, and what [Options.ErrorWriter] receives.

@@ -30,7 +30,7 @@ const (
 	TypeStoreFailed = typeBase + "store-failed" // 500: the store failed; 503 from /healthz
 	TypeNotAllowed  = typeBase + "not-allowed"  // 405
 	TypeSoldOut     = typeBase + "sold-out"     // 409: POST /items/{sku}/sell with the stock at 0
-	typeBase        = "https://github.com/fenceguard/fenceguard/tree/main/examples/inventory#"
+	typeBase        = "https://pkg.go.dev/github.com/fenceguard/fenceguard/examples/inventory/internal/service#"
 	maxSKULen       = 200
 	maxBodyBytes    = 1 << 10
 	healthTimeout   = 2 * time.Second
