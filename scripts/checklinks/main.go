@@ -235,7 +235,7 @@ var (
 	refDef     = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*(\S+)`)
 	htmlAttr   = regexp.MustCompile(`<[a-zA-Z][^>]*\s(?:href|src)="([^"]+)"`)
 	htmlID     = regexp.MustCompile(`<[a-zA-Z][^>]*\s(?:id|name)="([^"]+)"`)
-	codeSpan   = regexp.MustCompile("`+[^`]*`+")
+	codeSpan   = regexp.MustCompile("(?s)`+[^`]*`+")
 )
 
 func parse(path string) (*doc, error) {
@@ -249,9 +249,22 @@ func parse(path string) (*doc, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	inCode := ""
-	for n := 1; sc.Scan(); n++ {
+	// Links are looked for in whole paragraphs: a link's text may wrap.
+	var para []string
+	paraStart := 0
+	flush := func() {
+		d.links = append(d.links, findLinks(para, paraStart)...)
+		para = para[:0]
+	}
+	n := 0
+	for sc.Scan() {
+		n++
 		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			flush()
+		}
 		if m := fence.FindStringSubmatch(line); m != nil {
+			flush()
 			switch {
 			case inCode == "":
 				inCode = m[1]
@@ -279,18 +292,45 @@ func parse(path string) (*doc, error) {
 		for _, m := range htmlID.FindAllStringSubmatch(line, -1) {
 			d.anchors[strings.ToLower(m[1])] = true
 		}
-		bare := codeSpan.ReplaceAllString(line, "")
-		for _, m := range inlineLink.FindAllStringSubmatch(bare, -1) {
-			d.links = append(d.links, link{m[1], n})
+		if refDef.MatchString(line) {
+			flush() // a definition is a line of its own
+			m := refDef.FindStringSubmatch(codeSpan.ReplaceAllString(line, ""))
+			if m != nil {
+				d.links = append(d.links, link{m[1], n})
+			}
+			continue
 		}
-		for _, m := range htmlAttr.FindAllStringSubmatch(bare, -1) {
-			d.links = append(d.links, link{m[1], n})
+		if len(para) == 0 {
+			paraStart = n
 		}
-		if m := refDef.FindStringSubmatch(bare); m != nil {
-			d.links = append(d.links, link{m[1], n})
+		para = append(para, line)
+	}
+	flush()
+	return d, sc.Err()
+}
+
+// findLinks returns the inline links and HTML href/src attributes of a
+// paragraph whose first line is line first, each with the line it starts
+// on. Code spans are not looked into.
+func findLinks(para []string, first int) []link {
+	if len(para) == 0 {
+		return nil
+	}
+	text := codeSpan.ReplaceAllStringFunc(strings.Join(para, "\n"), func(c string) string {
+		return strings.Map(func(r rune) rune {
+			if r == '\n' {
+				return r
+			}
+			return ' '
+		}, c) // keep the newlines, so that line numbers stay right
+	})
+	var out []link
+	for _, re := range []*regexp.Regexp{inlineLink, htmlAttr} {
+		for _, m := range re.FindAllStringSubmatchIndex(text, -1) {
+			out = append(out, link{text[m[2]:m[3]], first + strings.Count(text[:m[0]], "\n")})
 		}
 	}
-	return d, sc.Err()
+	return out
 }
 
 var (
