@@ -44,6 +44,22 @@
 // every enforcer applies, and package token/fencetest checks a Fence
 // against this contract.
 //
+// # Storing a token
+//
+// A Token is a uint64, and SQL has no unsigned 64-bit type: store it in a
+// bigint (signed 64-bit) column, which holds every token up to
+// [MaxInt64], every token fenceguard's lockers grant. A Token is a query
+// argument as it is, and a column scans into a *Token as it is
+// ([Token.Value], [Token.Scan]; pgx and database/sql use both), so no
+// call site converts:
+//
+//	_, err := tx.Exec(ctx, `UPDATE jobs SET done_by = $1 WHERE id = $2`, t, id)
+//	var last token.Token
+//	err = db.QueryRow(ctx, `SELECT done_by FROM jobs WHERE id = $1`, id).Scan(&last)
+//
+// A token above MaxInt64 is refused with a [*RangeError] instead of being
+// stored as a negative number.
+//
 // # Errors
 //
 // Test errors with [errors.Is] and [errors.As]:

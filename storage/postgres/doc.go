@@ -68,7 +68,9 @@
 // works under the higher ones (a serialization failure is retried while
 // nothing else ran in the transaction). Marks are bigint: tokens up to
 // [token.MaxInt64] compare exactly, larger ones are refused with a
-// [*token.RangeError].
+// [*token.RangeError]. A token your own SQL stores goes into a bigint
+// column and back as it is, a [token.Token] argument and a *token.Token
+// destination (see "Storing a token" in package token).
 //
 // Before any statement, every operation runs a [token.Check]
 // ([TableOptions.Check], [TokensOptions.Check]; nil is

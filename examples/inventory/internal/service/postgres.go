@@ -123,9 +123,9 @@ func (s *PostgresStore) Put(ctx context.Context, sku string, stock int) (Item, e
 
 // HighWater implements [Store]: the row's mark.
 func (s *PostgresStore) HighWater(ctx context.Context, sku string) (token.Token, error) {
-	var mark int64
+	var mark token.Token
 	err := s.db.QueryRow(ctx, `SELECT fence_token FROM items WHERE sku = $1`, sku).Scan(&mark)
-	return token.Token(mark), storeErr(err)
+	return mark, storeErr(err)
 }
 
 // Ping implements [Store].
