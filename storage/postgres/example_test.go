@@ -93,6 +93,29 @@ func ExampleExpr() {
 	}
 }
 
+// A debit that returns the new balance from the statement that makes it:
+// no second statement, no second claim.
+func ExampleReturning() {
+	accounts, _ := postgres.NewTable(postgres.TableOptions{
+		Name: pgx.Identifier{"accounts"}, Key: "id",
+		LockKey: postgres.LockKeyPrefix("account:"), // rows are locked as "account:<id>"
+	})
+	amount := int64(250)
+	var balance int64
+	err := accounts.Update(ctx, pool, 7, tok,
+		postgres.Add("balance", -amount),
+		postgres.Where("balance >= $1", amount),
+		postgres.Returning("balance", &balance))
+	switch {
+	case err == nil:
+		fmt.Println("debited; balance now", balance)
+	case errors.Is(err, postgres.ErrCondition):
+		fmt.Println("insufficient funds") // balance is untouched on every refusal
+	default:
+		log.Fatal(err)
+	}
+}
+
 func ExampleTable_Update() {
 	items, _ := postgres.NewTable(postgres.TableOptions{Name: pgx.Identifier{"inventory", "items"}, Key: "sku"})
 	err := items.Update(ctx, pool, "A-42", tok, postgres.Set("stock", 7), postgres.Set("note", "recount"))
