@@ -108,13 +108,11 @@ func TestRedisFenceSequencerFrozen(t *testing.T) {
 
 // TestRedisCancelHonoured: the same calls with the context cancelled (not
 // timed out) while the server is frozen return by the cancel, with an error
-// matching context.Canceled. Known defect: they return only at go-redis's
-// socket timeout (ReadTimeout), since go-redis sets the socket deadline from
-// the context's deadline and never watches ctx.Done(); a context without a
-// deadline (an HTTP server's request context when the client goes) is not
-// honoured. redislock's package doc says so.
+// matching context.Canceled — though go-redis sets the socket deadline from
+// the context's deadline only and never watches ctx.Done(), so a context
+// without a deadline (an HTTP server's request context when the client
+// goes) would hold them until its ReadTimeout.
 func TestRedisCancelHonoured(t *testing.T) {
-	itest.KnownDefect(t, "redislock calls ignore a context cancelled without a deadline (go-redis watches only the deadline)")
 	srv := redisserver.New(t)
 	c := redisClient(t, srv.Addr())
 	ctx := itest.Ctx(t, 30*time.Second)

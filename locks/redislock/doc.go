@@ -85,13 +85,22 @@
 // replica. Other errors are network or server errors: the state of the
 // lock is then unknown.
 //
-// # Deadlines and the client
+// # Deadlines, cancels and the client
 //
 // Every call returns by its context's deadline, with an error matching
-// context.DeadlineExceeded when the deadline cut it short; give every call
-// a deadline. Create the client with ContextTimeoutEnabled (otherwise
-// go-redis bounds reads by ReadTimeout, not the context) and MaxRetries: -1
-// (package guard retries, and keeps the cause).
+// context.DeadlineExceeded when the deadline cut it short, and as soon as
+// its context is cancelled, with an error matching context.Canceled — a
+// context without a deadline too, like an HTTP server's request context
+// when the client goes (go-redis alone would wait for the reply, or its
+// ReadTimeout). A command sent before the context ended then finishes in
+// the background, and its outcome is unknown, as after a lost reply: a
+// release may still free the lock, a claim still raise the mark; a failed
+// acquire's clean-up runs after its command. Such a command ends with its
+// reply, by the client's ReadTimeout, or when the client is closed;
+// [Locker.Close] waits for the Locker's. Give every call a deadline.
+// Create the client with ContextTimeoutEnabled (otherwise go-redis bounds
+// reads by ReadTimeout, not the context) and MaxRetries: -1 (package guard
+// retries, and keeps the cause).
 //
 // Why the scripts, the heal offset, the hand-over and the Cluster handling
 // are shaped as they are: docs/design.md, "redislock".

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/detach"
 	"github.com/fenceguard/fenceguard/token"
 	"github.com/fenceguard/fenceguard/token/enforce"
 )
@@ -181,7 +182,7 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 	if err := enforce.Admit(ctx, f.check, resource, t); err != nil {
 		return err
 	}
-	v, acked, err := f.run(ctx, claimScript, f.key(resource), t.String())
+	v, acked, err := f.detached(ctx, claimScript, f.key(resource), t.String())
 	res, _ := v.([]any)
 	if err != nil && (len(res) != 2 || res[0] != int64(0)) {
 		return fmt.Errorf("redislock: claim %q: %w", resource, ctxerr.Wrap(ctx, err))
@@ -217,7 +218,7 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 	if err := enforce.CheckReset(resource, to); err != nil {
 		return 0, err
 	}
-	v, acked, err := f.run(ctx, resetScript, f.key(resource), to.String())
+	v, acked, err := f.detached(ctx, resetScript, f.key(resource), to.String())
 	if err != nil {
 		return 0, fmt.Errorf("redislock: reset %q: %w", resource, ctxerr.Wrap(ctx, err))
 	}
@@ -241,8 +242,11 @@ func (f *Fence) Reset(ctx context.Context, resource string, to token.Token) (tok
 // is a plain read of whatever node the client reaches (a replica's copy may
 // lag); it decides nothing.
 func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, error) {
-	s, err := f.client.Get(ctx, f.key(resource)).Result()
-	reloadOnNetError(ctx, f.client, err)
+	s, err := detach.Call(nil, ctx, func() (string, error) {
+		s, err := f.client.Get(ctx, f.key(resource)).Result()
+		reloadOnNetError(ctx, f.client, err)
+		return s, err
+	})
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -250,6 +254,20 @@ func (f *Fence) HighWater(ctx context.Context, resource string) (token.Token, er
 		return 0, fmt.Errorf("redislock: high-water %q: %w", resource, ctxerr.Wrap(ctx, err))
 	}
 	return token.Parse(s)
+}
+
+// detached is run, returning ctx's error as soon as ctx is done; the
+// command then finishes in the background.
+func (f *Fence) detached(ctx context.Context, s *redis.Script, key string, args ...any) (any, int, error) {
+	type reply struct {
+		v     any
+		acked int
+	}
+	r, err := detach.Call(nil, ctx, func() (reply, error) {
+		v, acked, err := f.run(ctx, s, key, args...)
+		return reply{v, acked}, err
+	})
+	return r.v, r.acked, err
 }
 
 // run runs script on key. With replicas wanted, it sends the script and

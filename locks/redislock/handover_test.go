@@ -329,6 +329,9 @@ func TestHandOverRoundTrips(t *testing.T) {
 		got <- acquired{l, err}
 	}()
 	waitFor(t, func() bool { return direct.ZCard(ctx, db.Prefix+"{k}:q").Val() == 1 })
+	// The server queued the waiter before its client read the reply, which
+	// the count follows.
+	waitFor(t, func() bool { return pc.calls.Load()-n >= 2 })
 	before := pc.calls.Load() - n // try, then queue
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)

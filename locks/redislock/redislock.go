@@ -13,6 +13,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/cleanup"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/detach"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/lease"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 	"github.com/fenceguard/fenceguard/token"
@@ -77,6 +78,7 @@ type Locker struct {
 	idleArg, waiterArg any
 
 	cleanup cleanup.Group // background clean-ups
+	bg      detach.Group  // commands a cancel left running
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -112,11 +114,15 @@ func New(client Client, o Options) (*Locker, error) {
 }
 
 // Close stops the pub/sub reader and fails blocked and later acquires with
-// an error matching [locks.ErrClosed]. Leases already granted stay usable
-// (renew, release). Close is idempotent.
+// an error matching [locks.ErrClosed]. It waits for the commands that
+// calls cut short by a cancel left running (each ends with its reply, by
+// the client's ReadTimeout, or at the client's Close) and for their
+// clean-ups. Leases already granted stay usable (renew, release). Close is
+// idempotent.
 func (l *Locker) Close() error {
 	l.notify.Close()
 	l.cleanup.Close() // each is bounded by cleanup.Timeout
+	l.bg.Wait()
 	return nil
 }
 
@@ -177,21 +183,28 @@ func rangeErr() error {
 		&token.RangeError{What: "redislock counter", Token: MaxToken + 1, Max: MaxToken})
 }
 
-// attempt runs the acquire script once.
-func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, error) {
-	var res []any
-	var err error
-	if enqueue {
-		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
-	} else {
+// attempt runs the acquire script once. When ctx ends first, it returns
+// ctx's error at once and the channel that is closed once the script's
+// command has finished in the background (see abandon).
+func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, <-chan struct{}, error) {
+	res, pending, err := detach.Start(&l.bg, ctx, func() ([]any, error) {
+		if enqueue {
+			return acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
+		}
 		// All four keys, though the script touches only two: in a
 		// Cluster slot that migrates, a TryAcquire of a held lock then waits
 		// for the move like every other call (see clusterRun).
-		res, err = acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
-	}
+		return acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
+	})
 	if err != nil {
-		return outcome{}, scriptErr(err)
+		return outcome{}, pending, scriptErr(err)
 	}
+	o, err := readOutcome(res)
+	return o, nil, err
+}
+
+// readOutcome reads the acquire script's reply.
+func readOutcome(res []any) (outcome, error) {
 	code, _ := res[0].(int64)
 	switch {
 	case code == 0 && len(res) == 3:
@@ -220,14 +233,16 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 	return g
 }
 
-// Bounds of the clean-up after a failed acquire (see abandon).
 // abandon removes what a failed acquire may have left behind — its place
 // in the queue, or a grant it never learned of — in the background,
-// bounded ([cleanup.Group.Run]): a call returns by its context's deadline
-// even when Redis does not answer, and Close waits for the clean-up.
-func (l *Locker) abandon(ctx context.Context, k lockKeys, id string, ttl time.Duration) {
+// bounded ([cleanup.Group.Run]): a call returns by its context's deadline,
+// or its cancel, even when Redis does not answer, and Close waits for the
+// clean-up. After an attempt a cancel cut short (pending not nil), it runs
+// once that attempt's command has finished, so that it cannot run before
+// the grant or the queueing it is to undo.
+func (l *Locker) abandon(ctx context.Context, pending <-chan struct{}, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
-	l.cleanup.Run(ctx, func(ctx context.Context) {
+	l.cleanup.Run(ctx, pending, func(ctx context.Context) {
 		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, l.idleArg, member).Err()
 	})
 }
@@ -257,9 +272,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	k, id := l.keys(key), newID()
 	sent := time.Now()
-	o, err := l.attempt(ctx, k, id, ttl, false)
+	o, pending, err := l.attempt(ctx, k, id, ttl, false)
 	if err != nil {
-		l.abandon(ctx, k, id, ttl) // the grant may have happened and its reply been lost
+		l.abandon(ctx, pending, k, id, ttl) // the grant may have happened and its reply been lost
 		return nil, acquireErr(ctx, key, err)
 	}
 	if o.res != granted {
@@ -292,8 +307,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return nil, err
 	}
 	k, id := l.keys(key), newID()
+	var pending <-chan struct{} // the attempt a cancel cut short
 	fail := func(err error) (locks.Lease, error) {
-		l.abandon(ctx, k, id, ttl)
+		l.abandon(ctx, pending, k, id, ttl)
 		return nil, acquireErr(ctx, key, err)
 	}
 	// Listen before queueing, or the hand-over could come first. When other
@@ -302,8 +318,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	// so an uncontended acquire is one round trip.
 	if !l.notify.Subscribed(k.channel) {
 		sent := time.Now()
-		o, err := l.attempt(ctx, k, id, ttl, false)
-		if err != nil {
+		o, p, err := l.attempt(ctx, k, id, ttl, false)
+		if pending = p; err != nil {
 			return fail(err)
 		}
 		if o.res == granted {
@@ -344,7 +360,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	}
 	for {
 		sent := time.Now()
-		o, err := l.attempt(ctx, k, id, ttl, true)
+		o, p, err := l.attempt(ctx, k, id, ttl, true)
+		pending = p
 		switch {
 		case err != nil:
 			return fail(err)
@@ -417,7 +434,9 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) (token.To
 		return 0, fmt.Errorf("%w: heal %q to %d: %w", locks.ErrInvalidArgument, key, to,
 			&token.RangeError{What: "redislock heal target", Token: to, Max: maxHeal})
 	}
-	s, err := healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), l.idleArg).Text()
+	s, err := detach.Call(&l.bg, ctx, func() (string, error) {
+		return healScript.Run(ctx, l.client, l.keys(key).bound(), to.String(), l.idleArg).Text()
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redislock: heal %q: %w", key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
@@ -441,7 +460,9 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return 0, err
 	}
-	s, err := issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
+	s, err := detach.Call(&l.bg, ctx, func() (string, error) {
+		return issuedScript.Run(ctx, l.client, l.keys(key).bound()).Text()
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redislock: issued %q: %w", key, ctxerr.Wrap(ctx, scriptErr(err)))
 	}
@@ -451,7 +472,7 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 // Current implements [token.Sequencer] on the Locker's client and prefix;
 // see [Sequencer].
 func (l *Locker) Current(ctx context.Context, key string) (token.Token, error) {
-	return current(ctx, l.client, l.o.Prefix, key)
+	return current(ctx, &l.bg, l.client, l.o.Prefix, key)
 }
 
 // lockLease is a redislock lease.
@@ -471,7 +492,9 @@ func (s *lockLease) Renew(ctx context.Context) error {
 		return locks.NotHeldError("renew", s.Key(), s.Token())
 	}
 	sent := time.Now()
-	n, err := renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.TTL())).Int()
+	n, err := detach.Call(&s.l.bg, ctx, func() (int, error) {
+		return renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.TTL())).Int()
+	})
 	if err != nil {
 		return fmt.Errorf("redislock: renew %q: %w", s.Key(), ctxerr.Wrap(ctx, err))
 	}
@@ -493,7 +516,9 @@ func (s *lockLease) Release(ctx context.Context) error {
 	if s.Released() {
 		return nil
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
+	n, err := detach.Call(&s.l.bg, ctx, func() (int, error) {
+		return releaseScript.Run(ctx, s.l.client, s.k.all, s.val, s.k.channel, s.l.idleArg).Int()
+	})
 	if err != nil {
 		return fmt.Errorf("redislock: release %q: %w", s.Key(), ctxerr.Wrap(ctx, scriptErr(err)))
 	}

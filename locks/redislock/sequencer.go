@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/detach"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -73,10 +74,12 @@ func NewSequencer(client redis.Scripter, prefix string) *Sequencer {
 // reached a read-only replica; network and server errors are returned
 // wrapped (and [token.SequencerCheck] then refuses the claim).
 func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error) {
-	return current(ctx, s.client, s.prefix, key)
+	return current(ctx, nil, s.client, s.prefix, key)
 }
 
-func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.Token, error) {
+// current runs the Sequencer's script; a command a cancel cut short
+// finishes in the background, counted in bg (nil: not counted).
+func current(ctx context.Context, bg *detach.Group, c redis.Scripter, prefix, key string) (token.Token, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: current: empty key", locks.ErrInvalidArgument)
 	}
@@ -86,7 +89,9 @@ func current(ctx context.Context, c redis.Scripter, prefix, key string) (token.T
 	if err := checkSlot(c, prefix, key); err != nil {
 		return 0, err
 	}
-	s, err := currentScript.Run(ctx, c, keysFor(prefix, key).bound()).Text()
+	s, err := detach.Call(bg, ctx, func() (string, error) {
+		return currentScript.Run(ctx, c, keysFor(prefix, key).bound()).Text()
+	})
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "READONLY ") {
 			return 0, fmt.Errorf("redislock: current %q: %w: %w", key, ErrReplica, err)

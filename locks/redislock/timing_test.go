@@ -133,3 +133,114 @@ func TestCallsCutShortMatchTheDeadline(t *testing.T) {
 		t.Errorf("Release after the resume: %v", err)
 	}
 }
+
+// TestCallsReturnAtCancel: against a paused server, every call whose
+// context is cancelled — a context without a deadline, like an HTTP
+// server's request context when its client goes — returns by the cancel
+// with an error matching context.Canceled, not at the client's
+// ReadTimeout (go-redis watches only the deadline). What the cut calls sent
+// runs at the resume: the release frees its lock, the claim moves the mark,
+// and the acquire's clean-up follows its grant, so the lock is free again.
+// Close waits for those commands.
+func TestCallsReturnAtCancel(t *testing.T) {
+	srv := redisserver.New(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 32, ReadTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := redislock.New(c, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fence := redislock.NewFence(c, redislock.FenceOptions{})
+	seq := redislock.NewSequencer(c, "")
+	ctx := ctxFor(t, 2*time.Minute)
+	renewed, err := l.TryAcquire(ctx, "renewed", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := l.TryAcquire(ctx, "released", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Claim(ctx, "r", released.Token()); err != nil {
+		t.Fatal(err)
+	}
+	// Load the renew and release scripts: a cut call whose EVALSHA came
+	// back NOSCRIPT would send nothing more.
+	if err := renewed.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	warm, err := l.TryAcquire(ctx, "warm", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	calls := map[string]func(context.Context) error{
+		"TryAcquire":        func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "tried", time.Minute); return err },
+		"Acquire":           func(ctx context.Context) error { _, err := l.Acquire(ctx, "acquired", time.Minute); return err },
+		"Renew":             renewed.Renew,
+		"Release":           released.Release,
+		"Heal":              func(ctx context.Context) error { _, err := l.Heal(ctx, "healed", 1); return err },
+		"Issued":            func(ctx context.Context) error { _, err := l.Issued(ctx, "renewed"); return err },
+		"Locker.Current":    func(ctx context.Context) error { _, err := l.Current(ctx, "renewed"); return err },
+		"Sequencer.Current": func(ctx context.Context) error { _, err := seq.Current(ctx, "renewed"); return err },
+		"Claim":             func(ctx context.Context) error { return fence.Claim(ctx, "r", released.Token()+1) },
+		"Reset":             func(ctx context.Context) error { _, err := fence.Reset(ctx, "reset", 5); return err },
+		"HighWater":         func(ctx context.Context) error { _, err := fence.HighWater(ctx, "r"); return err },
+	}
+	const after = 50 * time.Millisecond
+	for name, call := range calls {
+		cctx, cancel := context.WithCancel(context.Background())
+		lat := harness.StartLateness(t)
+		start := time.Now()
+		timer := time.AfterFunc(after, cancel)
+		err := call(cctx)
+		late := time.Since(start) - after
+		timer.Stop()
+		cancel()
+		if allowed := lat.Allowance(lockstest.DeadlineSlack, start.Add(after)); late > allowed {
+			t.Errorf("%s returned %v after its cancel, want under %v", name, late, allowed)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s against a paused server, cancelled: %v, want an error matching context.Canceled", name, err)
+		}
+	}
+
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = l.Close()
+	}()
+	select {
+	case <-closed:
+		t.Error("Close returned while the cut calls' commands still waited on the paused server")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return 10s after the resume")
+	}
+	// What the cut calls sent ran at the resume.
+	if hw, err := fence.HighWater(ctx, "r"); err != nil || hw != released.Token()+1 {
+		t.Errorf("mark after the resume %d (%v), want the cut claim's %d", hw, err, released.Token()+1)
+	}
+	l2 := newLocker(t, c, redislock.Options{})
+	for _, key := range []string{"released", "tried", "acquired"} {
+		s, err := l2.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Errorf("TryAcquire %q after the resume: %v, want the lock free (released, or its cut acquire abandoned)", key, err)
+			continue
+		}
+		_ = s.Release(ctx)
+	}
+}

@@ -166,7 +166,7 @@ func (l *Locker) Close() error {
 // background, bounded ([cleanup.Group.Run]), so that a call returns by its
 // context's deadline; Close waits for it.
 func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) {
-	l.cleanup.Run(ctx, func(ctx context.Context) { l.releaseNodes(ctx, timeout, k, id, nodes) })
+	l.cleanup.Run(ctx, nil, func(ctx context.Context) { l.releaseNodes(ctx, timeout, k, id, nodes) })
 }
 
 type lockKeys struct {

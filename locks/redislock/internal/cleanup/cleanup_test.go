@@ -27,7 +27,7 @@ func TestRunReturnsAtTheDeadline(t *testing.T) {
 	due := time.Now().Add(d + cleanup.Wait)
 	fired := make(chan time.Time, 1)
 	time.AfterFunc(d+cleanup.Wait, func() { fired <- time.Now() })
-	g.Run(ctx, func(context.Context) {
+	g.Run(ctx, nil, func(context.Context) {
 		<-proceed
 		finished.Store(true)
 	})
@@ -51,7 +51,7 @@ func TestRunBoundsTheCleanUp(t *testing.T) {
 	var g cleanup.Group
 	defer g.Close()
 	var left time.Duration
-	g.Run(context.Background(), func(ctx context.Context) {
+	g.Run(context.Background(), nil, func(ctx context.Context) {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			t.Error("the clean-up's context has no deadline")
@@ -71,7 +71,7 @@ func TestRunAfterClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ran := false
-	g.Run(ctx, func(context.Context) { ran = true })
+	g.Run(ctx, nil, func(context.Context) { ran = true })
 	if !ran {
 		t.Error("Run after Close returned without running the clean-up")
 	}
