@@ -36,7 +36,8 @@
 //   - Middleware and a store enforcer (strong, across processes): the
 //     handler writes through an enforcer that checks the token in the same
 //     statement as the write (storage/postgres), using the context's token.
-//     [WriteStale] answers the store's refusal with the middleware's 409.
+//     [WriteError] answers the store's refusal (stale, a condition not met,
+//     no such row, …) with its problem.
 //   - [Options.SerializePerKey] (strong within one process): a per-key
 //     mutex is held from before the claim until the handler returns. It
 //     holds only if every access goes through this one Middleware.
@@ -59,11 +60,16 @@
 //   - 400 [TypeInvalid]: not the wire form ([token.Parse]), two headers, or
 //     a token the store cannot hold.
 //   - 404 [TypeNoResource]: the route gives no valid key (1 to 512 bytes
-//     of UTF-8 without control characters).
+//     of UTF-8 without control characters; the template's form).
 //   - 403 [TypeForged]: a token the check refused; "bound" is its limit.
 //   - 409 [TypeStale]: below the mark, which "current" holds.
 //   - 503 [TypeUnavailable]: the check or the Fence could not decide, or
 //     the request ended while waiting for its key.
+//
+// A handler answers its store's errors with [WriteError], in the same
+// types, plus 409 [TypeCondition] (a condition of the access was false)
+// and 500 [TypeKeyMismatch] (the store was asked about another lock's key
+// than the route's); a missing row is a 404 [TypeNoResource].
 //
 // Bodies never echo the header or the path; a 409 names the resource key
 // only when it is short, visible ASCII. No input makes the middleware panic
@@ -76,14 +82,18 @@
 // [Transport] sends the token in a request's context only to a request
 // that [Transport.Key] maps to the context's lock key; a token granted for
 // sku:42 never claims sku:43. [RouteKey] builds that Key from the server's
-// routes, so client and server derive the same key. A stale refusal comes
-// back from [http.Client.Do] as a [*token.StaleError] (inside a
-// [*url.Error]); a token-carrying request through a Transport without a Key
-// fails with [ErrNoKey].
+// routes and key template, so client and server derive the same key. Every
+// refusal in one of the types above comes back from [http.Client.Do] as an
+// error (a [*Problem] inside a *url.Error) that matches the sentinel the
+// server's error matched: errors.As finds a [*token.StaleError] in a stale
+// refusal, errors.Is matches [token.ErrCondition], [token.ErrNotFound],
+// [token.ErrForged], [ErrUnavailable] and the rest. A token-carrying
+// request through a Transport without a Key fails with [ErrNoKey].
 //
 // # Errors and concurrency
 //
-// [New] and [RouteKey] fail with descriptive errors. A [Middleware], a
+// [New] and [RouteKey] fail with descriptive errors; [PathValue] and
+// [ChiParam] panic on a malformed key template. A [Middleware], a
 // [Transport] and a [RefusalLog] are safe for concurrent use once built;
 // nothing here starts a goroutine. The reasoning is in docs/design.md,
 // "HTTP middleware".

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -278,6 +279,69 @@ func ExampleWriteStale() {
 	fmt.Println("holder 8:", send(mux, "PUT", "/sku/42", "8"))
 	// Output:
 	// holder 8: 409 stale-token
+}
+
+// WriteError answers every error of a store enforcer — here a debit whose
+// condition (enough balance) was false, and a stale holder — with its
+// problem, and the client's Transport turns each back into an error that
+// matches the sentinel the store's error matched.
+func ExampleWriteError() {
+	mw, err := httpmw.New(httpmw.Options{Resource: httpmw.PathValue("account:{id:int}"), Fence: httpmw.ClaimInStore})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// debit stands for a fenced statement of storage/postgres, such as
+	// accounts.Update(ctx, pool, id, 0, postgres.Add("balance", -n),
+	// postgres.Where("balance >= $1", n)).
+	debit := func(ctx context.Context, amount int) error {
+		_, t, _ := token.FromContext(ctx)
+		switch {
+		case t < 9:
+			return fmt.Errorf("update accounts: %w", &token.StaleError{Resource: "accounts/7", Presented: t, Current: 9})
+		case amount > 100:
+			return fmt.Errorf("update accounts: %w", token.ErrCondition)
+		}
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /accounts/{id}/debit", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		amount, _ := strconv.Atoi(r.URL.Query().Get("amount"))
+		if err := debit(r.Context(), amount); err != nil {
+			httpmw.WriteError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	key, err := httpmw.RouteKey("account:{id:int}", "/accounts/{id}/debit")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: key}}
+	post := func(tok token.Token, amount int) error {
+		ctx := token.NewContext(context.Background(), "account:7", tok) // guard.Do's context, in a holder
+		req, _ := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/accounts/7/debit?amount=%d", srv.URL, amount), nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	fmt.Println("debit 10:", post(9, 10))
+	err = post(9, 1000)
+	fmt.Println("debit 1000, insufficient:", errors.Is(err, token.ErrCondition))
+	var stale *token.StaleError
+	err = post(8, 10)
+	fmt.Println("debit by a stale holder:", errors.As(err, &stale), stale.Current)
+	var p *httpmw.Problem
+	fmt.Println("its status:", errors.As(err, &p), p.Status)
+	// Output:
+	// debit 10: <nil>
+	// debit 1000, insufficient: true
+	// debit by a stale holder: true 9
+	// its status: true 409
 }
 
 // RequireAll makes reads carry a token too.

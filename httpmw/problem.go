@@ -13,17 +13,21 @@ import (
 // (RFC 9457).
 const ContentType = "application/problem+json"
 
-// The problem types the middleware answers with, one per outcome. Clients
-// tell outcomes apart by Type, not by status or title. They are
-// identifiers that name no branch or version, so they do not change when
-// the code moves; fetched, they lead to this package's documentation.
+// The problem types of fencing's answers, one per outcome: the
+// middleware's refusals and what [WriteError] answers for a store's
+// errors. Clients tell outcomes apart by Type, not by status or title.
+// They are identifiers that name no branch or version, so they do not
+// change when the code moves; fetched, they lead to this package's
+// documentation.
 const (
 	TypeMissing     = typeBase + "missing-token"     // 428: no token on a route that requires one
-	TypeInvalid     = typeBase + "invalid-token"     // 400: not the wire form, or more than one header
-	TypeNoResource  = typeBase + "no-resource"       // 404: the request names no fenced resource
+	TypeInvalid     = typeBase + "invalid-token"     // 400: not the wire form, more than one header, or beyond the store's range
+	TypeNoResource  = typeBase + "no-resource"       // 404: the request names no fenced resource, or the store has no such resource
 	TypeForged      = typeBase + "forged-token"      // 403: above any token the lock can have granted ([Options.Check])
 	TypeStale       = typeBase + "stale-token"       // 409: below the resource's high-water
-	TypeUnavailable = typeBase + "fence-unavailable" // 503: the check could not be made
+	TypeCondition   = typeBase + "condition-not-met" // 409: the token was accepted, a condition of the access was false
+	TypeKeyMismatch = typeBase + "key-mismatch"      // 500: the handler accessed another resource than the one the token was accepted for
+	TypeUnavailable = typeBase + "fence-unavailable" // 503: the check could not be made, or the store could not be reached
 )
 
 const typeBase = "https://pkg.go.dev/github.com/fenceguard/fenceguard/httpmw#"
@@ -61,6 +65,22 @@ type Problem struct {
 	// carry the client's raw input.
 	Err error `json:"-"`
 }
+
+// Error returns the problem's status, title and detail. A *Problem is the
+// error [Transport] returns for a refusal (inside [http.Client]'s
+// *url.Error).
+func (p *Problem) Error() string {
+	s := "httpmw: " + strconv.Itoa(p.Status) + " " + p.Title
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	return s
+}
+
+// Unwrap returns Err: on the server the cause, on the client (from
+// [Transport]) the typed error the problem stands for, so errors.Is and
+// errors.As see through a Problem to it.
+func (p *Problem) Unwrap() error { return p.Err }
 
 // WriteProblem writes p as an application/problem+json response with
 // status p.Status (500 if that is not a valid status code). It is the
@@ -177,7 +197,8 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // WriteStale writes the 409 stale-token problem if err is or wraps a
-// [*token.StaleError], and reports whether it did. Handlers call it with
+// [*token.StaleError], and reports whether it did. [WriteError] answers
+// this and every other error of a store enforcer. Handlers call it with
 // the error of their store enforcer: a holder the middleware let through
 // can still be refused by the store (a newer holder claimed the row in
 // between), and that refusal must reach the client as the same problem, so
@@ -274,12 +295,17 @@ func safeText(s string) bool {
 	return true
 }
 
+const (
+	titleStale  = "Stale fencing token"
+	detailStale = "a newer lock holder has claimed this resource: the lock was lost"
+)
+
 func problemStale(se *token.StaleError, err error) *Problem {
 	return &Problem{
 		Type:      TypeStale,
-		Title:     "Stale fencing token",
+		Title:     titleStale,
 		Status:    http.StatusConflict,
-		Detail:    "a newer lock holder has claimed this resource: the lock was lost",
+		Detail:    detailStale,
 		Resource:  echoKey(se.Resource),
 		Presented: se.Presented,
 		Current:   se.Current,

@@ -13,8 +13,8 @@ import (
 	"github.com/fenceguard/fenceguard/token"
 )
 
-// maxProblem bounds how much of a 409 body the Transport reads to decide
-// whether it is a stale-token problem.
+// maxProblem bounds how much of a problem body the Transport reads to
+// decide whether it is one of this package's.
 const maxProblem = 64 << 10
 
 // ErrNoKey is what [Transport.RoundTrip] returns, wrapped, for a request
@@ -25,8 +25,8 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 
 // Transport is the client side: an [http.RoundTripper] that sends the
 // fencing token of the lease in the request's context to the resource it
-// was granted for — and to nothing else — and reports the resource's
-// refusal of a stale token as a [*token.StaleError].
+// was granted for — and to nothing else — and returns the resource's
+// refusals as errors: a stale token as a [*token.StaleError], and so on.
 //
 //	key, err := httpmw.RouteKey("sku", "/sku/{sku}") // the server's route
 //	...
@@ -61,21 +61,32 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 // says. Without a token in the context, the request goes out unchanged and
 // Key is not asked.
 //
-// # Stale tokens
+// # Refusals
 //
-// A 409 response whose body is the middleware's stale-token problem
-// ([TypeStale]), to a request that carried a token, means the lock is
-// lost: a newer holder has claimed the resource, and the handler did not
-// run. The Transport closes that response and returns a
-// [*token.StaleError] (Resource, Presented and the resource's Current
-// high-water, for healing a locker's counter) as its error; [http.Client]
-// wraps it in a [*url.Error], and errors.As and errors.Is(err,
-// token.ErrStale) see through that. Every other response, other 409s
-// included, is returned untouched.
+// A response whose body is one of this package's problems (its type one
+// of the Type constants: a refusal of the middleware, or an answer of
+// [WriteError]) is the fencing layer's answer, not the application's. The
+// Transport closes it and returns a [*Problem] as its error, whose Err is
+// the typed error the problem stands for, so errors.Is and errors.As see
+// it through the *url.Error [http.Client] wraps it in:
 //
-// (Interpreting this one response departs on purpose from RoundTripper's
-// advice; docs/design.md, "Client", says why.) Put retrying transports
-// inside it (as Base), not around it: a stale token stays stale.
+//   - [TypeStale], to a request that carried a token, naming the mark: a
+//     [*token.StaleError] (Resource, Presented and the resource's Current
+//     high-water, for healing a locker's counter). The lock is lost: a
+//     newer holder has claimed the resource, and nothing was done.
+//   - [TypeForged], to a request that carried a token: a
+//     [*token.ForgedError] with the Bound it exceeded.
+//   - [TypeCondition]: [token.ErrCondition]; [TypeNoResource]:
+//     [token.ErrNotFound]; [TypeMissing]: [token.ErrMissing];
+//     [TypeInvalid]: [token.ErrInvalid].
+//   - [TypeKeyMismatch]: [ErrKeyMismatch]; [TypeUnavailable]:
+//     [ErrUnavailable].
+//
+// Every other response — other problem types, a service's own, included —
+// is returned untouched. (Interpreting these responses departs on purpose
+// from RoundTripper's advice; docs/design.md, "Client", says why.) Put
+// retrying transports inside it (as Base), not around it: a stale token
+// stays stale.
 //
 // The zero Transport sends no token (it refuses requests that carry one)
 // and is safe for concurrent use, as is any Transport whose Key is.
@@ -119,41 +130,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := base.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusConflict {
+	if err != nil || resp.StatusCode < 400 {
 		return resp, err
 	}
-	if sent == 0 { // the caller's own header; the body should say, but in case
+	if sent == 0 { // the caller's own header
 		if vals := req.Header[headerKey]; len(vals) == 1 {
 			sent, _ = token.Parse(vals[0])
 		}
 	}
-	if sent == 0 {
-		return resp, nil // no token went out: no refusal of one
-	}
-	if stale := staleFrom(resp, sent, sentKey); stale != nil {
-		return nil, stale
+	if p := problemFrom(resp, sent, sentKey); p != nil {
+		return nil, p
 	}
 	return resp, nil
 }
 
-// staleFrom returns the StaleError a 409 response carries, closing its
-// body, or nil, leaving the response readable as it came. key is the
-// resource key the token was sent for ("" if the caller set the header):
-// the error's Resource when the body names none (the middleware leaves
-// out keys unsafe to echo).
-func staleFrom(resp *http.Response, sent token.Token, key string) *token.StaleError {
+// problemFrom returns the refusal a response carries as a *Problem whose
+// Err is its typed error, closing the body, or nil, leaving the response
+// readable as it came. sent is the token the request carried (0: none),
+// key the resource key it was sent for ("" if the caller set the header):
+// what the error names when the body does not (the middleware leaves out
+// keys unsafe to echo).
+func problemFrom(resp *http.Response, sent token.Token, key string) *Problem {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if err != nil || mt != ContentType || resp.Body == nil {
 		return nil
 	}
 	b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxProblem+1))
 	if rerr == nil && len(b) <= maxProblem {
-		if se := decodeStale(b, sent); se != nil {
+		if p := decodeProblem(b, sent, key); p != nil {
 			_ = resp.Body.Close()
-			if se.Resource == "" {
-				se.Resource = key
-			}
-			return se
+			p.Status = resp.StatusCode
+			return p
 		}
 	}
 	// Not ours: hand the body back whole, the part read first.
@@ -164,25 +171,62 @@ func staleFrom(resp *http.Response, sent token.Token, key string) *token.StaleEr
 	return nil
 }
 
-func decodeStale(b []byte, sent token.Token) *token.StaleError {
-	var p struct {
+// decodeProblem decodes a problem body of one of this package's types,
+// and returns nil for anything else.
+func decodeProblem(b []byte, sent token.Token, key string) *Problem {
+	var w struct {
 		Type      string          `json:"type"`
+		Title     string          `json:"title"`
+		Detail    string          `json:"detail"`
 		Resource  string          `json:"resource"`
 		Presented json.RawMessage `json:"presented"`
 		Current   json.RawMessage `json:"current"`
+		Bound     json.RawMessage `json:"bound"`
 	}
-	if json.Unmarshal(b, &p) != nil || p.Type != TypeStale {
+	if json.Unmarshal(b, &w) != nil || !strings.HasPrefix(w.Type, typeBase) {
 		return nil
 	}
-	current, ok := wireToken(p.Current)
-	if !ok {
-		return nil // a stale error without the high-water is of no use to heal with
-	}
-	presented, ok := wireToken(p.Presented)
-	if !ok {
+	p := &Problem{Type: w.Type, Title: w.Title, Detail: w.Detail, Resource: w.Resource}
+	p.Presented, _ = wireToken(w.Presented)
+	p.Current, _ = wireToken(w.Current)
+	p.Bound, _ = wireToken(w.Bound)
+	presented, resource := p.Presented, p.Resource
+	if presented.IsZero() {
 		presented = sent
 	}
-	return &token.StaleError{Resource: p.Resource, Presented: presented, Current: current}
+	if resource == "" {
+		resource = key
+	}
+	switch w.Type {
+	case TypeStale, TypeForged:
+		if sent == 0 {
+			return nil // a verdict on a token the request did not carry is none
+		}
+		if w.Type == TypeStale && p.Current.IsZero() {
+			return nil // a stale refusal names the mark it is below
+		}
+	}
+	switch w.Type {
+	case TypeStale:
+		p.Err = &token.StaleError{Resource: resource, Presented: presented, Current: p.Current}
+	case TypeForged:
+		p.Err = &token.ForgedError{Resource: resource, Presented: presented, Bound: p.Bound}
+	case TypeInvalid:
+		p.Err = token.ErrInvalid
+	case TypeMissing:
+		p.Err = token.ErrMissing
+	case TypeNoResource:
+		p.Err = token.ErrNotFound
+	case TypeCondition:
+		p.Err = token.ErrCondition
+	case TypeKeyMismatch:
+		p.Err = ErrKeyMismatch
+	case TypeUnavailable:
+		p.Err = ErrUnavailable
+	default:
+		return nil
+	}
+	return p
 }
 
 // wireToken reads a token written as a JSON string ("6", as the middleware

@@ -10,6 +10,7 @@ package httpmw_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -93,6 +94,20 @@ func decodeProblem(t testing.TB, w *httptest.ResponseRecorder, want int) problem
 		t.Fatalf("body is not JSON: %v: %s", err, w.Body)
 	}
 	return p
+}
+
+// status is the status of a client's answer: the response's, or the
+// refusal's the Transport returned as an *httpmw.Problem.
+func status(resp *http.Response, err error) (int, error) {
+	var p *httpmw.Problem
+	if errors.As(err, &p) {
+		return p.Status, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 func mustRouteKey(name string, patterns ...string) func(*http.Request) (string, bool) {

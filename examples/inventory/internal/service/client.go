@@ -17,14 +17,17 @@ import (
 // Client calls the service. With HTTP's transport an *httpmw.Transport
 // whose Key is [ItemKey], requests for an item made with a context that
 // carries that item's token (a guard lease's, or guard.Do's function
-// context) send it, and a stale-token refusal comes back as an error that
-// errors.As finds a *token.StaleError in.
+// context) send it, and the fencing layer's refusals come back as errors:
+// an *httpmw.Problem around the typed error, so errors.As finds a
+// *token.StaleError in a stale refusal and errors.Is matches
+// token.ErrMissing, token.ErrForged and the rest.
 type Client struct {
 	Base string       // e.g. "http://127.0.0.1:8080"
 	HTTP *http.Client // default: an http.Client with an httpmw.Transport keyed by ItemKey
 }
 
-// ProblemError is any other refusal: the problem details the service sent.
+// ProblemError is a refusal of the service's own (sold out, no such item,
+// a bad body): the problem details the service sent.
 type ProblemError struct {
 	Status int
 	Type   string
@@ -116,7 +119,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, into any) er
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err // a stale token: a *url.Error around the *token.StaleError
+		return err // a fencing refusal: a *url.Error around an *httpmw.Problem
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

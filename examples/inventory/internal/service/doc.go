@@ -18,14 +18,14 @@
 // the final stock) and claim nothing. Serve /admin only where operators can
 // reach it.
 //
-// Errors are RFC 9457 problem details (application/problem+json): the fencing
-// middleware's for token refusals (428 missing, 400 malformed, 403 forged,
-// 503 when the check could not be made — see package httpmw), and this
-// package's for the rest (404 no such item, 400 bad body, 500 store failure).
-// A stale token is refused by the store, which claims (see Fencing), with
-// httpmw's 409 stale-token problem carrying the item's mark, so a client
-// sees the one kind of refusal httpmw.Transport turns into a
-// *token.StaleError.
+// Errors are RFC 9457 problem details (application/problem+json): this
+// package's for its own answers (404 no such item, 409 sold out, 400 bad
+// body, 405), and httpmw's for everything about tokens and the store — the
+// middleware's refusals (428 missing, 400 malformed, 403 forged, 503 when
+// the check could not be made) and, through httpmw.WriteError, the store's
+// (409 stale, with the item's mark; 403, 400, 503, 500). So a client
+// through httpmw.Transport gets every fencing refusal as an error:
+// a *token.StaleError for a stale token, and so on.
 //
 // # Fencing
 //

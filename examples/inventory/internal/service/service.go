@@ -412,7 +412,7 @@ func (s *server) token(r *http.Request, sku string) (token.Token, uint64, error)
 	case !ok:
 		return 0, epoch, nil
 	case key != resource(sku):
-		return 0, 0, fmt.Errorf("the middleware claimed %q, the handler serves %q", key, resource(sku))
+		return 0, 0, fmt.Errorf("%w: the middleware claimed %q, the handler serves %q", httpmw.ErrKeyMismatch, key, resource(sku))
 	}
 	if se := s.marks.stale(sku, t); se != nil {
 		s.metrics.Claim("items:"+sku, t, se) // refused as the store would have
@@ -450,28 +450,23 @@ func (s *server) refused(w http.ResponseWriter, r *http.Request, p *httpmw.Probl
 	httpmw.WriteProblem(w, p)
 }
 
+// fail answers a handler's error: the service's own answers first, then
+// httpmw.WriteError for every error of the store's fencing.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var stale *token.StaleError
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeProblem(w, http.StatusNotFound, TypeNoItem, "no such item", "")
+		return
 	case errors.Is(err, ErrSoldOut):
 		writeProblem(w, http.StatusConflict, TypeSoldOut, "sold out", "")
+		return
 	case errors.As(err, &stale):
 		s.refusals.Log(r, httpmw.Outcome{Result: httpmw.ResultStale, Status: http.StatusConflict,
 			Resource: stale.Resource, Token: stale.Presented, Problem: &httpmw.Problem{Err: err}})
-		httpmw.WriteStale(w, err)
-	case errors.Is(err, token.ErrForged): // the store's own check
-		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeForged, Title: "Fencing token not granted",
-			Status: http.StatusForbidden, Detail: "the token is above any token the lock can have granted for this resource"})
-	case errors.Is(err, token.ErrInvalid), errors.Is(err, token.ErrRange): // above what the store can hold
-		httpmw.WriteProblem(w, &httpmw.Problem{Type: httpmw.TypeInvalid, Title: "invalid fencing token",
-			Status: http.StatusBadRequest, Detail: "the store cannot hold this token"})
-	case r.Context().Err() != nil: // the client left or the server is shutting down
-		writeProblem(w, http.StatusServiceUnavailable, TypeStoreFailed, "request ended", "")
-	default:
+	}
+	if p := httpmw.WriteError(w, r, err); p.Status >= 500 && r.Context().Err() == nil {
 		s.log.Error("store failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeProblem(w, http.StatusInternalServerError, TypeStoreFailed, "store failed", "")
 	}
 }
 

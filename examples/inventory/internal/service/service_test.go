@@ -279,8 +279,9 @@ func TestHealthAndMetrics(t *testing.T) {
 	})
 }
 
-// The client: a stale refusal comes back as a *token.StaleError, other
-// refusals as a *ProblemError; the token travels from the context.
+// The client: a stale refusal comes back as a *token.StaleError, the
+// other fencing refusals as an *httpmw.Problem, the service's own as a
+// *ProblemError; the token travels from the context.
 func TestClient(t *testing.T) {
 	srv := newServer(t, service.NewMemoryStore(), false)
 	c := &service.Client{Base: srv.URL, HTTP: &http.Client{Transport: &httpmw.Transport{Base: srv.Client().Transport, Key: service.ItemKey}}}
@@ -299,8 +300,8 @@ func TestClient(t *testing.T) {
 		t.Fatalf("Get under 4 after 5: %v, want a StaleError with current 5", err)
 	}
 	_, err = c.SetStock(ctx, "lamp", 1) // no token in the context
-	var p *service.ProblemError
-	if !errorsAs(err, &p) || p.Status != 428 || p.Type != httpmw.TypeMissing {
+	var p *httpmw.Problem
+	if !errorsAs(err, &p) || p.Status != 428 || p.Type != httpmw.TypeMissing || !errors.Is(err, token.ErrMissing) {
 		t.Fatalf("SetStock without a token: %v", err)
 	}
 	a, err := c.AdminGet(ctx, "lamp")
