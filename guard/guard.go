@@ -265,23 +265,50 @@ func (g *Guard) releaseLate(ctx context.Context, l locks.Lease) {
 }
 
 // Do acquires key, runs fn, and releases the lock, also when fn panics.
-// fn's context is ctx carrying the token ([token.FromContext]) and the hold
-// (for re-entrancy); it is cancelled with a cause wrapping [ErrLost] if the lease
-// is lost. Do returns fn's error joined with the release's: when the lease
-// was lost, errors.Is(err, ErrLost) holds even if fn returned nil.
+// fn's context is ctx carrying the token ([token.FromContext]), the lease's
+// end ([token.Expiry]: enforcers such as the PostgreSQL adapter end what
+// they hold for fn with the lease) and the hold (for re-entrancy); it is
+// cancelled with a cause wrapping [ErrLost] if the lease is lost. Do returns
+// fn's error joined with the release's: when the lease was lost,
+// errors.Is(err, ErrLost) holds even if fn returned nil. The error then
+// says whether fn's work may have been kept: fn returning nil means that
+// what it did may have taken effect, unless fn's own error says otherwise
+// (a fenced transaction refused at its lease's end says nothing of it
+// committed).
 func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context, t token.Token) error) (err error) {
 	lease, err := g.Acquire(ctx, key)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, g.release(ctx, lease)) }()
+	fnErr := errFnPending
+	defer func() {
+		rerr := g.release(ctx, lease)
+		if rerr != nil && errors.Is(rerr, ErrLost) && fnErr == nil {
+			rerr = &mayHaveTakenEffect{rerr}
+		}
+		err = errors.Join(err, rerr)
+	}()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()
 	fctx = context.WithValue(token.NewContext(fctx, key, lease.Token()), holdKey{g, key}, lease.h)
-	return fn(fctx, lease.Token())
+	fctx = token.WithExpiry(fctx, lease.h.expiry)
+	fnErr = fn(fctx, lease.Token())
+	return fnErr
 }
+
+// errFnPending is Do's record of fn's result while fn runs (or panics).
+var errFnPending = errors.New("fn did not return")
+
+// mayHaveTakenEffect is the loss Do reports when fn returned nil.
+type mayHaveTakenEffect struct{ err error }
+
+func (e *mayHaveTakenEffect) Error() string {
+	return e.err.Error() + " (fn returned nil: its work may have taken effect)"
+}
+
+func (e *mayHaveTakenEffect) Unwrap() error { return e.err }
 
 // release is Do's release. The caller's ctx may be done, and the release
 // must still happen: it runs on a context of its own, bounded by the

@@ -588,6 +588,63 @@ func TestDoReportsLoss(t *testing.T) {
 	}
 }
 
+// Do's error says whether fn's work may have taken effect: after a loss,
+// fn returning nil means it may have; fn's own error is returned as is.
+func TestDoSaysWhetherWorkMayHaveTakenEffect(t *testing.T) {
+	ml := memlock.New()
+	g := newGuard(t, ml, guard.Options{TTL: 200 * time.Millisecond})
+	err := g.Do(testCtx(t), "k", func(ctx context.Context, _ token.Token) error {
+		ml.Break("k")
+		<-ctx.Done()
+		return nil
+	})
+	if !errors.Is(err, guard.ErrLost) || !strings.Contains(err.Error(), "may have taken effect") {
+		t.Fatalf("Do = %v, want ErrLost saying fn's work may have taken effect", err)
+	}
+	refused := errors.New("nothing of it committed")
+	err = g.Do(testCtx(t), "k", func(ctx context.Context, _ token.Token) error {
+		ml.Break("k")
+		<-ctx.Done()
+		return refused
+	})
+	if !errors.Is(err, guard.ErrLost) || !errors.Is(err, refused) || strings.Contains(err.Error(), "may have taken effect") {
+		t.Fatalf("Do = %v, want fn's error and ErrLost, nothing about effect", err)
+	}
+}
+
+// The contexts of a lease and of Do's fn carry the lease's end for the
+// resource side: the local deadline while held, moving on with renewals,
+// and a time past once released.
+func TestContextsCarryLeaseEnd(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	g := newGuard(t, memlock.New(), guard.Options{TTL: ttl, RenewInterval: 50 * time.Millisecond})
+	ctx := testCtx(t)
+	lease, err := g.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, ok := token.Expiry(lease.Context())
+	if left := time.Until(first); !ok || left <= 0 || left > ttl {
+		t.Fatalf("lease context's end %v ahead (ok %v), want within the TTL %v", left, ok, ttl)
+	}
+	waitFor(t, func() bool { e, _ := token.Expiry(lease.Context()); return e.After(first) })
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := token.Expiry(lease.Context()); e.After(time.Now()) {
+		t.Fatalf("a released lease's end %v is ahead", time.Until(e))
+	}
+	err = g.Do(ctx, "k", func(ctx context.Context, _ token.Token) error {
+		if e, ok := token.Expiry(ctx); !ok || !e.After(time.Now()) {
+			return fmt.Errorf("fn's context: end %v ahead, ok %v", time.Until(e), ok)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLeaseOutlivesAcquireContext(t *testing.T) {
 	ml := memlock.New()
 	g := newGuard(t, ml, guard.Options{TTL: time.Second})

@@ -31,7 +31,8 @@ func (l *Lease) Token() token.Token { return l.h.lease.Token() }
 // Context is cancelled when the lease is lost, with a [context.Cause]
 // wrapping [ErrLost] and the reason (an error wrapping [locks.ErrNotHeld],
 // or [ErrDeadline]), or released, with [ErrReleased]. It carries the token
-// ([token.FromContext]) and the hold, for re-entrant acquires.
+// ([token.FromContext]), the lease's end for the resource side
+// ([token.Expiry]) and the hold, for re-entrant acquires.
 func (l *Lease) Context() context.Context { return l.h.ctx }
 
 // Deadline is the local deadline on the Guard's clock: the lease counts as
@@ -101,6 +102,7 @@ type hold struct {
 
 	mu       sync.Mutex
 	state    state     // guarded by mu
+	ended    time.Time // guarded by mu; when the lease was lost or released (real clock)
 	deadline time.Time // guarded by mu
 	lastErr  error     // guarded by mu; the last renewal error
 }
@@ -125,6 +127,7 @@ func (g *Guard) hold(ctx context.Context, l locks.Lease, start time.Time) *hold 
 	now := g.o.Clock.Now()
 	h := &hold{g: g, lease: l, since: now, deadline: now.Add(left), done: make(chan struct{})}
 	hctx := context.WithValue(token.NewContext(context.WithoutCancel(ctx), l.Key(), l.Token()), holdKey{g, l.Key()}, h)
+	hctx = token.WithExpiry(hctx, h.expiry)
 	h.ctx, h.cancel = context.WithCancelCause(hctx)
 	h.mu.Lock() // the timer may fire before AfterFunc returns
 	h.timer = g.o.Clock.AfterFunc(left, func() { h.lose(ErrDeadline) })
@@ -132,6 +135,19 @@ func (g *Guard) hold(ctx context.Context, l locks.Lease, start time.Time) *hold 
 	g.observe(Event{Kind: Acquired, Key: l.Key(), Token: l.Token(), Duration: now.Sub(start)})
 	go h.keepAlive()
 	return h
+}
+
+// expiry is the lease's end for the resource side ([token.Expiry]): the
+// locker's expiry estimate less TTL·Drift, on the real clock, while the
+// lease is held; when it was lost or released after that.
+func (h *hold) expiry() time.Time {
+	h.mu.Lock()
+	st, ended := h.state, h.ended
+	h.mu.Unlock()
+	if st != held {
+		return ended
+	}
+	return h.lease.Deadline().Add(-h.g.drift)
 }
 
 func (h *hold) keepAlive() {
@@ -207,6 +223,7 @@ func (h *hold) lose(reason error) {
 		return
 	}
 	h.state = lost
+	h.ended = time.Now()
 	if errors.Is(reason, ErrDeadline) && h.lastErr != nil {
 		reason = fmt.Errorf("%w; last renewal: %w", reason, h.lastErr)
 	}
@@ -222,6 +239,7 @@ func (h *hold) release(ctx context.Context) error {
 	wasHeld := h.state == held
 	if wasHeld {
 		h.state = released
+		h.ended = time.Now()
 	}
 	h.mu.Unlock()
 	if wasHeld {

@@ -2,6 +2,7 @@ package token
 
 import (
 	"context"
+	"time"
 
 	"github.com/fenceguard/fenceguard/token/internal/rule"
 )
@@ -23,4 +24,32 @@ func NewContext(ctx context.Context, key string, t Token) context.Context {
 func FromContext(ctx context.Context) (key string, t Token, ok bool) {
 	k, v, ok := rule.FromContext(ctx)
 	return k, Token(v), ok
+}
+
+type expiryKey struct{}
+
+// WithExpiry returns a copy of ctx that carries expiry, a function that
+// reports when the lease behind ctx's token ends: the holder's own
+// conservative estimate, after which it must not act under the token. The
+// guard runtime puts it in the contexts of its leases and of [guard.Do]'s
+// fn, reporting the lease's current local deadline (it moves on with every
+// renewal) and a time in the past once the lease is lost or released.
+//
+// A resource that holds something for the holder (a database transaction
+// with the resource's row locked) reads it with [Expiry] to end its hold
+// with the lease instead of by a setting of its own.
+//
+// [guard.Do]: https://pkg.go.dev/github.com/fenceguard/fenceguard/guard#Guard.Do
+func WithExpiry(ctx context.Context, expiry func() time.Time) context.Context {
+	return context.WithValue(ctx, expiryKey{}, expiry)
+}
+
+// Expiry returns when the lease behind ctx's token ends, as reported now by
+// the function [WithExpiry] put in ctx, and whether ctx carries one.
+func Expiry(ctx context.Context) (time.Time, bool) {
+	f, _ := ctx.Value(expiryKey{}).(func() time.Time)
+	if f == nil {
+		return time.Time{}, false
+	}
+	return f(), true
 }

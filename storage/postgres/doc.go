@@ -40,9 +40,11 @@
 // [Tx] runs any SQL under a claim: it claims the resource's row in the
 // table fence_tokens ([Migrate] creates it) in the same transaction, before
 // fn runs, and commits after. Fenced transactions on one resource run one at
-// a time. A holder frozen inside one holds the resource for at most
-// [TokensOptions.HoldTimeout] of idleness (15 s by default; set it to the
-// lease's TTL), after which the server ends its session.
+// a time. Under guard.Do (a context carrying the lease's end,
+// [token.Expiry]) the transaction cannot commit once the lease has ended,
+// and a holder frozen inside it holds the resource until about then; a
+// frozen holder gets [ErrHoldExpired]. Without a lease, the bound is
+// [TokensOptions.HoldTimeout] of idleness (15 s by default).
 //
 //	err := postgres.Tx(ctx, pool, "sku:42", tok, func(tx pgx.Tx) error {
 //		// reads, writes, several tables

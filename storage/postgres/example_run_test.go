@@ -127,16 +127,23 @@ func ExampleTx_guarded() {
 	}
 
 	var paused context.Context
-	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error {
-		paused = context.WithoutCancel(ctx)
+	var first token.Token
+	err = g.Do(ctx, "sku:42", func(ctx context.Context, t token.Token) error {
+		paused, first = context.WithoutCancel(ctx), t
 		return restock(ctx)
 	})
 	fmt.Println("first holder restocks:", err)
 	err = g.Do(ctx, "sku:42", func(ctx context.Context, _ token.Token) error { return restock(ctx) })
 	fmt.Println("second holder restocks:", err)
-	err = restock(paused) // the first holder, resumed after its lease
+	// The first holder, resumed after its lease: its context says the
+	// lease has ended, and Tx sends nothing.
+	err = restock(paused)
+	fmt.Println("first holder again, lease ended:", errors.Is(err, postgres.ErrHoldExpired))
+	// Its token alone, without the lease (say, sent on to another
+	// process): the claim refuses it.
+	err = restock(token.NewContext(ctx, "sku:42", first))
 	var stale *token.StaleError
-	fmt.Println("first holder again, refused:", errors.As(err, &stale), stale.Resource)
+	fmt.Println("first holder's token, refused:", errors.As(err, &stale), stale.Resource)
 	var stock int
 	if err := pool.QueryRow(ctx, `SELECT stock FROM example_items WHERE sku = 42`).Scan(&stock); err != nil {
 		log.Fatal(err)
@@ -145,6 +152,7 @@ func ExampleTx_guarded() {
 	// Output:
 	// first holder restocks: <nil>
 	// second holder restocks: <nil>
-	// first holder again, refused: true sku:42
+	// first holder again, lease ended: true
+	// first holder's token, refused: true sku:42
 	// stock: 21
 }

@@ -33,6 +33,12 @@ type holdConfig struct {
 	Lazy     bool          // ClaimWithFirstStatement
 	Hold     time.Duration // TokensOptions.HoldTimeout; 0: none given
 	Deadline time.Duration // a context deadline; 0: none
+	// Lease, when set, puts the token and a lease ending that long after
+	// the start in Tx's context, as guard.Do does.
+	Lease time.Duration
+	// FreezeBeforeCommit makes the child wait (and be frozen) between the
+	// lease check and the COMMIT instead of inside fn.
+	FreezeBeforeCommit bool
 }
 
 // holdChild is the frozen holder: it claims the resource in a fenced
@@ -57,22 +63,35 @@ func holdChild() int {
 		return 2
 	}
 	txCtx := ctx
+	if cfg.Lease > 0 {
+		end := time.Now().Add(cfg.Lease)
+		txCtx = token.WithExpiry(token.NewContext(ctx, cfg.Resource, cfg.Token), func() time.Time { return end })
+	}
 	if cfg.Deadline > 0 {
 		var cancel context.CancelFunc
 		txCtx, cancel = context.WithTimeout(ctx, cfg.Deadline)
 		defer cancel()
 	}
 	stdin := bufio.NewReader(os.Stdin)
+	wait := func() error {
+		fmt.Println("ready")
+		_, err := stdin.ReadString('\n') // frozen here
+		return err
+	}
+	if cfg.FreezeBeforeCommit {
+		postgres.SetBeforeCommit(func() { _ = wait() })
+	}
 	err = tokens.Tx(txCtx, conn, cfg.Resource, cfg.Token, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('frozen holder')`); err != nil {
 			return err
 		}
-		fmt.Println("ready")
-		_, err := stdin.ReadString('\n') // frozen here
-		return err
+		if cfg.FreezeBeforeCommit {
+			return nil
+		}
+		return wait()
 	})
 	if err != nil {
-		fmt.Println("result: failed:", strings.ReplaceAll(err.Error(), "\n", " "))
+		fmt.Printf("result: failed (hold expired: %v): %s\n", errors.Is(err, postgres.ErrHoldExpired), strings.ReplaceAll(err.Error(), "\n", " "))
 	} else {
 		fmt.Println("result: committed")
 	}
@@ -133,7 +152,7 @@ func TestTxFrozenHolder(t *testing.T) {
 			child.resume(t)
 			result := child.line(t)
 			child.wait(t)
-			if !strings.HasPrefix(result, "result: failed:") {
+			if !strings.HasPrefix(result, "result: failed") {
 				t.Fatalf("the frozen holder's Tx: %q, want its commit failed", result)
 			}
 			t.Logf("the frozen holder, thawed: %s", result)
@@ -150,6 +169,91 @@ func TestTxFrozenHolder(t *testing.T) {
 			}
 			if hw := highWater(t, pool, "sku:1"); hw != 6 {
 				t.Fatalf("high-water %d, want 6", hw)
+			}
+		})
+	}
+}
+
+// A holder frozen (SIGSTOP) inside a fenced transaction under a lease of
+// 3 s, with default settings, for 8 s: the transaction must not commit.
+// The bound follows the lease, with nothing to keep in step: the server
+// ends the frozen holder's session when the lease ends, so the next holder
+// gets the resource after about the lease instead of the pause, and the
+// thawed holder gets ErrHoldExpired. Frozen between the lease check and
+// the COMMIT, the server's bound still ends the transaction at the
+// lease's end.
+func TestTxFrozenHolderFollowsLease(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see that the child is stopped")
+	}
+	const lease = 3 * time.Second
+	for _, c := range []struct {
+		name   string
+		cfg    holdConfig
+		freeze time.Duration
+	}{
+		{"claim first, frozen in fn", holdConfig{}, 8 * time.Second},
+		{"claim with the first statement, frozen in fn", holdConfig{Lazy: true}, 8 * time.Second},
+		{"claim first, frozen before COMMIT", holdConfig{FreezeBeforeCommit: true}, 8 * time.Second},
+		{"claim with the first statement, frozen before COMMIT", holdConfig{Lazy: true, FreezeBeforeCommit: true}, 8 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pg := pgserver.Shared(t)
+			pool := poolIn(t, pg.DSN, "UTC")
+			ctx := ctxFor(t, 2*time.Minute)
+			if err := postgres.Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			exec(t, pool, `CREATE TABLE held (who text NOT NULL)`)
+			cfg := c.cfg
+			cfg.DSN, cfg.Resource, cfg.Token, cfg.Lease = pg.DSN, "sku:1", 5, lease
+			start := time.Now()
+			child := startHolder(t, cfg)
+			if line := child.line(t); line != "ready" {
+				t.Fatalf("child said %q, want ready", line)
+			}
+			child.stop(t)
+
+			// The next holder waits on the row while the frozen one is
+			// stopped; the frozen one is thawed after the pause either way.
+			next, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			nextErr := make(chan error, 1)
+			nextAt := make(chan time.Duration, 1)
+			go func() {
+				err := postgres.Tx(next, pool, "sku:1", 6, func(tx pgx.Tx) error {
+					_, err := tx.Exec(next, `INSERT INTO held (who) VALUES ('next holder')`)
+					return err
+				})
+				nextAt <- time.Since(start)
+				nextErr <- err
+			}()
+			time.Sleep(c.freeze - time.Since(start))
+			child.resume(t)
+			result := child.line(t)
+			child.wait(t)
+			t.Logf("the frozen holder, thawed: %s", result)
+			if err := <-nextErr; err != nil {
+				t.Fatalf("the next holder: %v", err)
+			}
+			got := <-nextAt
+			t.Logf("the next holder got through %v after the frozen one started (lease %v, pause %v)", got.Round(time.Millisecond), lease, c.freeze)
+			if got > c.freeze-time.Second {
+				t.Errorf("the next holder waited %v, for the pause (%v) rather than the lease (%v)", got.Round(time.Millisecond), c.freeze, lease)
+			}
+			if !strings.HasPrefix(result, "result: failed (hold expired: true)") {
+				t.Errorf("the frozen holder's Tx: %q, want it refused with ErrHoldExpired", result)
+			}
+			var who []string
+			rows, err := pool.Query(ctx, `SELECT who FROM held ORDER BY who`)
+			if err == nil {
+				who, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(who) != 1 || who[0] != "next holder" {
+				t.Fatalf("rows written: %q, want only the next holder's: the frozen holder committed after its lease", who)
 			}
 		})
 	}
@@ -353,5 +457,78 @@ func TestTxHoldSetting(t *testing.T) {
 	}
 	if _, err := postgres.NewTokens(postgres.TokensOptions{HoldTimeout: 30 * 24 * time.Hour}); err == nil {
 		t.Errorf("NewTokens accepted a HoldTimeout of 30 days")
+	}
+}
+
+// leaseCtx carries resource's token t and a lease whose end end reports,
+// as guard.Do's context does.
+func leaseCtx(ctx context.Context, resource string, t token.Token, end func() time.Time) context.Context {
+	return token.WithExpiry(token.NewContext(ctx, resource, t), end)
+}
+
+// A lease renewed while fn runs moves the commit's bound on with it: fn
+// working past the lease's end at the claim, never idle for long, still
+// commits. A lease that has ended refuses the commit, and a lease that
+// ended before the claim sends nothing.
+func TestTxLeaseBoundFollowsRenewals(t *testing.T) {
+	pg := pgserver.Shared(t)
+	pool := poolIn(t, pg.DSN, "UTC")
+	ctx := ctxFor(t, time.Minute)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `CREATE TABLE held (who text NOT NULL)`)
+	const lease = time.Second
+	for _, lazy := range []bool{false, true} {
+		tokens, err := postgres.NewTokens(postgres.TokensOptions{ClaimWithFirstStatement: lazy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Renewed: the end is always a lease ahead.
+		renewed := leaseCtx(ctx, "sku:1", 5, func() time.Time { return time.Now().Add(lease) })
+		start := time.Now()
+		err = tokens.Tx(renewed, pool, "", 0, func(tx pgx.Tx) error {
+			for time.Since(start) < 2*lease {
+				if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('renewed')`); err != nil {
+					return err
+				}
+				time.Sleep(lease / 5)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("lazy %v: a renewed lease, fn working past its first end: %v", lazy, err)
+		}
+
+		// Not renewed: fn outlasts the lease, the commit is refused.
+		end := time.Now().Add(lease)
+		fixed := leaseCtx(ctx, "sku:1", 5, func() time.Time { return end })
+		err = tokens.Tx(fixed, pool, "", 0, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('expired')`); err != nil {
+				return err
+			}
+			time.Sleep(lease + 100*time.Millisecond)
+			return nil
+		})
+		if !errors.Is(err, postgres.ErrHoldExpired) {
+			t.Fatalf("lazy %v: fn outlasting its lease: %v, want ErrHoldExpired", lazy, err)
+		}
+
+		// Ended before the claim: nothing is sent.
+		gone := leaseCtx(ctx, "sku:1", 5, func() time.Time { return time.Now().Add(-time.Millisecond) })
+		err = tokens.Tx(gone, pool, "", 0, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('gone')`)
+			return err
+		})
+		if !errors.Is(err, postgres.ErrHoldExpired) {
+			t.Fatalf("lazy %v: a lease ended before the claim: %v, want ErrHoldExpired", lazy, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM held WHERE who <> 'renewed'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows of a transaction past its lease committed", n)
 	}
 }

@@ -43,16 +43,23 @@ type TokensOptions struct {
 	// idle while it holds a claim: the server ends the session of a holder
 	// that sends nothing for that long — frozen, paused, partitioned —
 	// which rolls its transaction back and frees the resource for the next
-	// holder, and the frozen holder's COMMIT then fails. Set it to the
-	// lease's TTL. When the context has a deadline sooner than that, the
-	// deadline is the bound. Zero is 15 s; negative leaves
-	// the session's idle_in_transaction_session_timeout alone. See "A
-	// frozen holder" at [Tokens.Tx].
+	// holder, and the frozen holder's COMMIT then fails.
+	//
+	// Zero, the default, follows the lease: when Tx's context carries the
+	// end of the lease behind its token ([token.Expiry]; guard.Do's and a
+	// guard lease's contexts do), the transaction cannot commit once the
+	// lease has ended, and its idle bound is the time left on the lease
+	// when it claims; without a lease the bound is 15 s. A positive value
+	// bounds the idle time too (the lease still bounds the commit); the
+	// context's deadline, when sooner, is the bound. Negative turns all of
+	// it off and leaves the session's idle_in_transaction_session_timeout
+	// alone. See "A frozen holder" at [Tokens.Tx].
 	HoldTimeout time.Duration
 }
 
-// defaultHoldTimeout is the [TokensOptions.HoldTimeout] of a zero option:
-// the TTL of guard's leases by default.
+// defaultHoldTimeout is the idle bound of a zero
+// [TokensOptions.HoldTimeout] without a lease: the TTL of guard's leases
+// by default.
 const defaultHoldTimeout = 15 * time.Second
 
 // maxHoldTimeout is the largest idle_in_transaction_session_timeout
@@ -76,11 +83,11 @@ type Tokens struct {
 	lazy   bool   // ClaimWithFirstStatement
 	check  token.Check
 	logger *slog.Logger
-	hold   time.Duration // <0: no bound
+	hold   time.Duration // <0: no bound; 0: the lease, else defaultHoldTimeout
 
 	claimSQL       string // $1 resource, $2 token → (claimed, snapshot high-water)
-	txClaimSQL     string // the same, $3 the hold bound in ms (0: none) → (claimed, snapshot high-water, the setting)
-	claimOrFailSQL string // $1 resource, $2 token, $3 the hold bound → claimed, or an error when refused
+	txClaimSQL     string // the same, $3 the hold bound in ms (0: none), $4 the lease in µs (0: none) → (claimed, snapshot high-water, the settings, txid)
+	claimOrFailSQL string // $1 resource, $2 token, $3 the hold bound, $4 the lease → (claimed, the settings, txid), or an error when refused
 	highWaterSQL   string // $1 resource → token
 	lockSQL        string // $1 resource → token, the row locked
 	insertSQL      string // $1 resource, $2 token → inserted, unless the row exists
@@ -149,8 +156,6 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 		return nil, err
 	}
 	switch {
-	case o.HoldTimeout == 0:
-		o.HoldTimeout = defaultHoldTimeout
 	case o.HoldTimeout < 0:
 		o.HoldTimeout = -1
 	case o.HoldTimeout > maxHoldTimeout:
@@ -181,7 +186,10 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
 	// Tx's claim also sets the hold bound for the rest of the transaction
 	// (set_config(…, true) is SET LOCAL), in the same statement: no round
 	// trip, no statement of its own.
-	k.txClaimSQL = k.claimSQL + `, ` + holdSQL
+	// It also records when the lease ends, if the transaction has one,
+	// and returns the transaction's id, to read an unknown commit's
+	// outcome back.
+	k.txClaimSQL = k.claimSQL + `, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
 	// PL/pgSQL could RAISE; plain SQL needs no function in the schema. The
 	// failing cast is inside a sub-select so that the planner cannot fold
 	// it to an error while planning: it runs only when the claim is
@@ -189,7 +197,7 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
 	k.claimOrFailSQL = `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` + floorGateSQL(tbl, "$1", "$2::bigint") + `
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
-SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL
+SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
 	k.highWaterSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1), (SELECT token FROM ` + tbl + ` WHERE resource = '')`
 	k.lockSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1 FOR UPDATE`
 	// Reset's insert is the operator's: the floor's trigger lets it below
@@ -217,27 +225,6 @@ const holdSQL = `set_config('idle_in_transaction_session_timeout', CASE
  WHEN $3::bigint <= 0 OR current_setting('idle_in_transaction_session_timeout')::interval
   BETWEEN interval '1 millisecond' AND $3::bigint * interval '1 millisecond'
  THEN current_setting('idle_in_transaction_session_timeout') ELSE $3::bigint::text END, true)`
-
-// holdMillis is the hold bound for a transaction begun now under ctx, in
-// milliseconds: the HoldTimeout, or the time left to ctx's deadline when
-// that is sooner; 0 for no bound.
-func (k *Tokens) holdMillis(ctx context.Context) int64 {
-	dl, ok := ctx.Deadline()
-	return k.holdUntil(dl, ok)
-}
-
-// holdUntil is holdMillis for a transaction whose context has the deadline
-// dl (if ok).
-func (k *Tokens) holdUntil(dl time.Time, ok bool) int64 {
-	if k.hold < 0 {
-		return 0
-	}
-	d := k.hold
-	if ok {
-		d = min(d, time.Until(dl))
-	}
-	return max(1, d.Milliseconds())
-}
 
 // HighWater returns the highest token accepted for resource, or, if it has
 // no mark (none accepted, or pruned), the floor of pruned marks it is

@@ -38,14 +38,21 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //   - Stale (a higher token was accepted): none of fn's statements runs, the
 //     transaction is rolled back, and Tx returns a [*token.StaleError] with
 //     the current mark, whatever fn returned.
-//   - fn returns an error: rollback, and that error is returned as is.
+//   - fn returns an error: rollback, and that error is returned as is
+//     (matching [ErrHoldExpired] too when the hold bound ended the
+//     transaction under fn).
 //   - fn panics: rollback, and the panic carries on.
+//   - The lease has ended, or the hold bound struck: rollback, and an error
+//     wrapping [ErrHoldExpired]; nothing committed (see "A frozen holder").
 //   - ctx is cancelled: the statement in flight fails, and the transaction
-//     is rolled back rather than committed — unless the cancellation
-//     comes while the COMMIT itself is on its way: then Tx returns the
-//     context's error but the server may have committed, as with any
-//     statement already sent. After a commit error,
-//     read the outcome back (the mark, fn's rows) before retrying.
+//     is rolled back rather than committed. A cancellation (or a broken
+//     connection) while the COMMIT itself is on its way leaves the outcome
+//     open: Tx then reads it back, by the transaction's id
+//     (txid_status), on another connection of the pool or a new one with
+//     the connection's configuration, and returns nil if it committed, an
+//     error if it did not, and a [*CommitUnknownError]
+//     ([ErrCommitUnknown]) if it cannot tell by ctx's deadline (and a
+//     grace of 100 ms), or within 2 s when ctx has no deadline.
 //
 // An empty resource and a zero t are taken from ctx ([token.FromContext]);
 // the context's token is used only for the context's own resource key.
@@ -70,19 +77,42 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //
 // # A frozen holder
 //
-// A lease's end does not end a database transaction, so the claim also
-// sets, for this transaction only (SET LOCAL, in the claim's statement),
-// idle_in_transaction_session_timeout to [TokensOptions.HoldTimeout] (15 s
-// by default; set it to the lease's TTL) or to the time left to ctx's
-// deadline when sooner. A holder frozen inside fn for that long has its
-// session ended by the server: the transaction rolls back, the next holder
-// gets the resource, and the frozen holder's next statement or COMMIT
-// fails. The bound counts idle time only: a holder frozen while a large
-// result is still streaming to it is not idle, so fetch large results in
-// small cursor steps or outside Tx. A tighter setting of the session's own
-// is kept; a negative HoldTimeout leaves the session's setting alone. A
-// [*pgx.Conn] you pass is closed by the server when the bound strikes; a
-// pool replaces its connection.
+// A lease's end does not end a database transaction, so Tx bounds its own.
+// When ctx carries the end of the lease behind the transaction's token
+// ([token.Expiry]: the contexts guard.Do and a guard lease give do), the
+// transaction cannot commit once the lease has ended:
+//
+//   - the claim records, on the server's clock, when the lease ends (the
+//     time left as read just before the claim was sent), and sets
+//     idle_in_transaction_session_timeout, for this transaction only, to
+//     that time left: a holder frozen inside fn for that long has its
+//     session ended by the server, which rolls the transaction back and
+//     frees the resource for the next holder;
+//   - before COMMIT, Tx checks the lease here, then on the server (moved on
+//     by the renewals since the claim), and bounds the idle time until the
+//     COMMIT to what is left of the lease: a holder frozen between the
+//     check and its COMMIT is ended by the server at the lease's end. One
+//     round trip more per transaction under a lease.
+//
+// The margin: the server's bound runs from when the claim reached it, so
+// the commit can land after the lease's end by the claim's one-way delay
+// to the server (guard's lease end already keeps TTL·Drift in hand before
+// the lock service's own). A frozen holder then gets an error wrapping
+// [ErrHoldExpired] — nothing of its transaction committed — and a guard.Do
+// around it reports the lease lost. fn idle (between statements) for
+// longer than the lease had left at the claim is ended the same way, even
+// if the lease was renewed meanwhile: keep work outside the database out
+// of fenced transactions.
+//
+// Without a lease in ctx, the idle bound is [TokensOptions.HoldTimeout]
+// (15 s by default). A positive HoldTimeout also bounds idle time under a
+// lease; the time left to ctx's deadline, when sooner, is the bound; a
+// negative HoldTimeout turns all of it off. The idle bound counts idle
+// time only: a holder frozen while a large result is still streaming to it
+// is not idle, so fetch large results in small cursor steps or outside Tx.
+// A tighter setting of the session's own is kept. A [*pgx.Conn] you pass is
+// closed by the server when the bound strikes; a pool replaces its
+// connection.
 //
 // # Isolation
 //
@@ -140,7 +170,7 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	if !k.lazy {
 		return k.eagerTx(ctx, db, resource, t, v, fn)
 	}
-	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v}
+	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v, ctx: ctx}
 	lt.deadline, lt.hasDeadline = ctx.Deadline()
 	ended := false
 	defer func() {
@@ -153,31 +183,42 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 		return lt.claimErr
 	}
 	if fnErr != nil {
-		return fnErr
+		return holdEnded(fnErr)
+	}
+	if lt.tx == nil {
+		// fn sent nothing: the claim is all there is to do.
+		if exp, ok := leaseExpiry(ctx, t); ok && k.hold >= 0 && !time.Now().Before(exp) {
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, ErrHoldExpired)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+		}
+		ended = true
+		return k.claim(ctx, db, resource, t, v)
+	}
+	if err := lt.b.ended(resource); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
 	}
-	if lt.tx == nil {
-		// fn sent nothing: the claim is all there is to do.
-		ended = true
-		return k.claim(ctx, db, resource, t, v)
-	}
-	ended = true // Commit ends the transaction either way
-	if err := lt.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
-	}
-	return nil
+	ended = true // commit ends the transaction either way
+	return k.commit(ctx, db, lt.tx, resource, lt.b, lt.txid)
 }
 
 // eagerTx is Tx on a pool or a connection: BEGIN and the claim in one
 // round trip, then fn on the plain transaction once the claim holds, then
 // COMMIT. A refused claim rolls back before fn ever runs.
 func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
+	dl, hasDl := ctx.Deadline()
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
+		bound, err := k.bound(ctx, t, dl, hasDl)
+		if err != nil {
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+		}
 		var b pgx.Batch
 		b.BeginTx(pgx.TxOptions{})
-		b.Queue(k.txClaimSQL, resource, v, k.holdMillis(ctx))
+		b.Queue(k.txClaimSQL, resource, v, bound.idleMs, bound.leaseUs)
 		br := db.SendBatch(ctx, &b)
 		tx := br.Tx()
 		if tx == nil { // a DB of the caller's own making
@@ -186,9 +227,10 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 		}
 		var claimed bool
 		var snap *int64
-		_, err := br.Exec() // BEGIN
+		var txid int64
+		_, err = br.Exec() // BEGIN
 		if err == nil {
-			err = br.QueryRow().Scan(&claimed, &snap, nil)
+			err = br.QueryRow().Scan(&claimed, &snap, nil, nil, &txid)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -219,14 +261,15 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 			attempts++
 			continue
 		}
-		return k.run(ctx, tx, resource, fn)
+		return k.run(ctx, db, tx, resource, fn, bound, txid)
 	}
 	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
 }
 
-// run calls fn in tx, which holds the claim, and commits; it rolls back
-// when fn fails or panics, or ctx ends.
-func (k *Tokens) run(ctx context.Context, tx pgx.Tx, resource string, fn func(pgx.Tx) error) (err error) {
+// run calls fn in tx, which holds the claim (transaction id txid, bounds
+// b), and commits; it rolls back when fn fails or panics, ctx ends or the
+// lease has ended.
+func (k *Tokens) run(ctx context.Context, db DB, tx pgx.Tx, resource string, fn func(pgx.Tx) error, b txBound, txid int64) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
@@ -234,16 +277,16 @@ func (k *Tokens) run(ctx context.Context, tx pgx.Tx, resource string, fn func(pg
 		}
 	}()
 	if err := fn(tx); err != nil {
+		return holdEnded(err)
+	}
+	if err := b.ended(resource); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
 	}
-	committed = true // Commit ends the transaction either way
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
-	}
-	return nil
+	committed = true // commit ends the transaction either way
+	return k.commit(ctx, db, tx, resource, b, txid)
 }
 
 // nestedTx is Tx inside the caller's transaction, on a savepoint.
@@ -337,6 +380,10 @@ type lazyTx struct {
 	deadline    time.Time
 	hasDeadline bool
 
+	ctx  context.Context // Tx's context, with the lease's end
+	b    txBound         // the bounds set with the claim
+	txid int64           // the transaction's id, from the claim
+
 	tx       pgx.Tx // the transaction; nil until it is begun
 	claimed  bool   // the claim succeeded: tx is fn's
 	claimErr error  // the claim failed: every method returns it
@@ -356,10 +403,15 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 		if begin {
 			b.BeginTx(pgx.TxOptions{})
 		}
+		bound, err := lt.k.bound(lt.ctx, lt.t, lt.deadline, lt.hasDeadline)
+		if err != nil {
+			lt.claimErr = fmt.Errorf("postgres: fenced transaction on %s: %w", lt.resource, err)
+			return nil, nil, lt.claimErr
+		}
+		lt.b = bound
 		b.Queue(`SAVEPOINT fenceguard_claim`)
-		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v, lt.k.holdUntil(lt.deadline, lt.hasDeadline))
+		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v, bound.idleMs, bound.leaseUs)
 		b.Queue(`RELEASE SAVEPOINT fenceguard_claim`)
-		ours := b.Len()
 		if sql != "" {
 			b.Queue(sql, args...)
 		}
@@ -373,9 +425,17 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 		} else {
 			br = lt.tx.SendBatch(ctx, &b)
 		}
-		var err error
-		for i := 0; i < ours && err == nil; i++ {
-			_, err = br.Exec()
+		if begin {
+			_, err = br.Exec() // BEGIN
+		}
+		if err == nil {
+			_, err = br.Exec() // SAVEPOINT
+		}
+		if err == nil {
+			err = br.QueryRow().Scan(nil, nil, nil, &lt.txid)
+		}
+		if err == nil {
+			_, err = br.Exec() // RELEASE SAVEPOINT
 		}
 		if err == nil {
 			lt.claimed = true
