@@ -41,6 +41,15 @@ func TestChiParamKeys(t *testing.T) {
 		{"invalid utf-8", "sku", "/sku/%FF", http.StatusNotFound, ""},
 		{"longer than 512 bytes", "sku", "/sku/" + strings.Repeat("x", 512), http.StatusNotFound, ""},
 		{"misspelt parameter", "id", "/sku/42", http.StatusNotFound, ""},
+		// Key templates: the prefix names the kind; {sku:int} admits an
+		// integer only in its canonical form, checked after unescaping.
+		{"template", "item:{sku}", "/sku/42", http.StatusNoContent, "item:42"},
+		{"int template", "item:{sku:int}", "/sku/42", http.StatusNoContent, "item:42"},
+		{"int template, escaped digits", "item:{sku:int}", "/sku/%34%32", http.StatusNoContent, "item:42"},
+		{"int template, leading zero", "item:{sku:int}", "/sku/042", http.StatusNotFound, ""},
+		{"int template, escaped leading zero", "item:{sku:int}", "/sku/%30%34%32", http.StatusNotFound, ""},
+		{"int template, plus sign", "item:{sku:int}", "/sku/%2B42", http.StatusNotFound, ""},
+		{"int template, space", "item:{sku:int}", "/sku/%2042", http.StatusNotFound, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
