@@ -11,8 +11,12 @@ import (
 
 // ErrUnavailable is what a [TypeUnavailable] refusal unwraps to on the
 // client ([Transport]): the fencing check could not be made or the store
-// could not be reached. A server's own error wrapping it is answered 503
-// by [WriteError].
+// could not be reached or stopped answering. From the middleware it means
+// nothing was done; from [WriteError] a store that stopped answering
+// during a write may have applied it (storage/postgres reads a COMMIT's
+// outcome back where it can, and says when it cannot), so retry only what
+// is safe to repeat. A server's own error wrapping it is answered 503 by
+// WriteError.
 var ErrUnavailable = errors.New("httpmw: fencing check or store unavailable")
 
 // ErrKeyMismatch is what a [TypeKeyMismatch] answer unwraps to on the
@@ -119,7 +123,7 @@ func errorProblem(r *http.Request, err error) *Problem {
 			Type:   TypeUnavailable,
 			Title:  "Fencing check unavailable",
 			Status: http.StatusServiceUnavailable,
-			Detail: "the fencing check or the store could not be reached",
+			Detail: "the fencing check or the store could not be reached or stopped answering; a write it stopped answering during may have taken effect",
 			Err:    err,
 		}
 	}
