@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/demo"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/load"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
@@ -44,6 +45,9 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Started by the demo or a load run: end with it (see package child).
+	ctx, cancel := child.WatchParent(ctx)
+	defer cancel()
 
 	cmd := "demo"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 func command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	child.Prepare(cmd, false)
 	return cmd
 }
 

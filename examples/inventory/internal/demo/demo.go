@@ -40,6 +40,9 @@ type Config struct {
 // workers with fencing off and then on, and prints the story of each run,
 // the side-by-side table and the counters to out.
 func Main(ctx context.Context, c Config, out io.Writer) error {
+	if unsupported != "" {
+		return errors.New("demo: " + unsupported)
+	}
 	o := c.Options.withDefaults()
 	fmt.Fprintln(out, "fenceguard inventory demo: a lock holder frozen mid-sale, without and with fencing")
 	fmt.Fprintln(out)

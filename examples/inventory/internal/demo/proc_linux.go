@@ -7,12 +7,11 @@ import (
 	"syscall"
 )
 
-// sysProcAttr puts a worker in its own process group, out of reach of the
-// terminal's Ctrl-C (the demo stops its workers itself, frozen ones
-// included), and has the kernel kill it should the demo die first.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-}
+// The signals that freeze and thaw a worker.
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT
+
+// unsupported is empty where the demo runs.
+const unsupported = ""
 
 // stopped reports whether pid is stopped (state T), or gone.
 func stopped(pid int) bool {

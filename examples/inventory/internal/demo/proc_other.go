@@ -3,17 +3,31 @@
 package demo
 
 import (
+	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
-// sysProcAttr puts a worker in its own process group, out of reach of the
-// terminal's Ctrl-C: the demo stops its workers itself.
-func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+// The signals that freeze and thaw a worker: every Unix has them.
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT
 
-// stopped cannot ask the kernel here; SIGSTOP takes effect at once in
-// practice, and the worker waits for the demo's ack anyway.
-func stopped(int) bool { time.Sleep(20 * time.Millisecond); return true }
+// unsupported is empty where the demo runs.
+const unsupported = ""
 
-// alive is unknown here; the demo waits for its workers instead.
-func alive(int) bool { return false }
+// stopped reports whether pid is stopped (state T), or gone, as ps(1)
+// shows it (there is no /proc here). Without an answer from ps it gives
+// the signal a moment: SIGSTOP takes effect at once in practice.
+func stopped(pid int) bool {
+	out, err := exec.Command("ps", "-o", "stat=", "-p", strconv.Itoa(pid)).Output()
+	if err != nil || len(out) == 0 {
+		time.Sleep(20 * time.Millisecond)
+		return true
+	}
+	st := strings.TrimSpace(string(out))
+	return st == "" || st[0] == 'T' || st[0] == 'Z'
+}
+
+// alive reports whether pid exists (a zombie included).
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/worker"
 	"github.com/fenceguard/fenceguard/token"
@@ -534,7 +535,7 @@ func (r *runner) soldBetween(from, to time.Time) int {
 func (r *runner) freeze(e worker.Event) error {
 	f := &r.res.Freeze
 	p := r.procs[victim]
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.cmd.Process.Signal(sigStop); err != nil {
 		return fmt.Errorf("demo: SIGSTOP w%d: %w", victim, err)
 	}
 	f.Start = time.Now()
@@ -556,7 +557,7 @@ func (r *runner) resume() error {
 	if p.exited {
 		return nil
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := p.cmd.Process.Signal(sigCont); err != nil {
 		return fmt.Errorf("demo: SIGCONT w%d: %w", victim, err)
 	}
 	f.End = time.Now()
@@ -583,9 +584,7 @@ func (r *runner) sayAt(t time.Time, format string, args ...any) {
 func (r *runner) start(id int, base, sku string) error {
 	cfg := worker.Config{ID: id, Service: base, SKU: sku, TTL: r.o.TTL, Work: r.o.Work, Gate: true, Lock: r.o.Lock}
 	cmd := r.o.Command(cfg.Args())
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = sysProcAttr()
-	}
+	child.Prepare(cmd, true)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -629,7 +628,7 @@ func (r *runner) stopAll() {
 	for _, p := range r.procs {
 		if !p.exited {
 			running++
-			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Signal(sigCont)
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			p.stdin.Close()
 		}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -321,7 +322,7 @@ func (c Config) start(ctx context.Context, pool *pgxpool.Pool, dsn string, fence
 	}
 	t := &target{cmd: c.Command(args), exited: make(chan error, 1), base: "http://" + addr, logs: &countingWriter{}}
 	t.cmd.Stderr = t.logs
-	t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	child.Prepare(t.cmd, false)
 	if err := t.cmd.Start(); err != nil {
 		return nil, err
 	}
