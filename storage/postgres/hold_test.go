@@ -275,7 +275,7 @@ func startHolder(t *testing.T, cfg holdConfig) *holder {
 	}
 	cmd := osexec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), holdChildEnv+"="+string(js))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = holderSysProcAttr()
 	h := &holder{cmd: cmd, lines: make(chan string, 4), stderr: &strings.Builder{}}
 	cmd.Stderr = h.stderr
 	if h.stdin, err = cmd.StdinPipe(); err != nil {
