@@ -70,6 +70,14 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 //
 // A stall before the deadline delays the call's timers and its return alike;
 // a stall after the deadline delays only the return, so only those count.
+//
+// The measuring goroutine sees only its own wake-ups: on a loaded machine
+// the threads running the call's work after the deadline may wait for a CPU
+// while it happens to run. Where the kernel says (Linux schedstats),
+// Lateness therefore also samples how long the process's threads have, in
+// all, been runnable but not running, and counts whichever of the two is
+// larger after the deadline. On an idle machine both stay near zero.
+//
 // Lateness is safe for concurrent use; Stop (or the end of t) ends the
 // measuring goroutine.
 type Lateness struct {
@@ -79,6 +87,7 @@ type Lateness struct {
 
 	mu      sync.Mutex
 	stalls  []stall   // guarded by mu; at most maxStalls, oldest dropped
+	delays  []delay   // guarded by mu; at most maxStalls, oldest dropped
 	want    time.Time // guarded by mu; when the goroutine asked to wake next
 	stopped bool      // guarded by mu
 }
@@ -87,18 +96,29 @@ type Lateness struct {
 // during [from, to].
 type stall struct{ from, to time.Time }
 
+// delay is a sample of runDelay: by at, the process's threads had waited
+// total for a CPU.
+type delay struct {
+	at    time.Time
+	total time.Duration
+}
+
 const (
 	latenessTick = time.Millisecond
 	// latenessFloor is the lateness below which a wake-up is not recorded:
 	// timer slack, not a stall.
 	latenessFloor = 2 * time.Millisecond
 	maxStalls     = 4096
+	// delayEvery is how many ticks apart runDelay is sampled: often enough
+	// that a deadline falls near a sample, seldom enough to cost little.
+	delayEvery = 10
 )
 
 // StartLateness starts measuring the process's scheduling lateness until
 // Stop or the end of t.
 func StartLateness(t testing.TB) *Lateness {
 	l := &Lateness{stop: make(chan struct{}), done: make(chan struct{}), want: time.Now().Add(latenessTick)}
+	l.sampleDelay()
 	go l.run()
 	t.Cleanup(l.Stop)
 	return l
@@ -108,9 +128,13 @@ func (l *Lateness) run() {
 	defer close(l.done)
 	timer := time.NewTimer(latenessTick)
 	defer timer.Stop()
-	for {
+	for n := 1; ; n++ {
+		if n%delayEvery == 0 {
+			l.sampleDelay()
+		}
 		select {
 		case <-l.stop:
+			l.sampleDelay()
 			l.mu.Lock()
 			l.stopped = true
 			l.mu.Unlock()
@@ -131,6 +155,41 @@ func (l *Lateness) run() {
 	}
 }
 
+// readRunDelay is runDelay; tests replace it.
+var readRunDelay = runDelay
+
+// sampleDelay records the process's run-queue delay so far, where known.
+func (l *Lateness) sampleDelay() {
+	total, ok := readRunDelay()
+	if !ok {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.delays) == maxStalls {
+		l.delays = l.delays[1:]
+	}
+	l.delays = append(l.delays, delay{at: now, total: total})
+}
+
+// delayedSince returns how long the process's threads waited for a CPU, in
+// all, since the last sample at or before t (the first sample when none
+// is), up to now or the last sample once stopped. l.mu must be held.
+func (l *Lateness) delayedSince(t time.Time, now delay) time.Duration {
+	if len(l.delays) == 0 {
+		return 0
+	}
+	from := l.delays[0]
+	for _, d := range l.delays {
+		if d.at.After(t) {
+			break
+		}
+		from = d
+	}
+	return max(0, now.total-from.total)
+}
+
 // Stop ends the measurement; the stalls recorded so far stay readable.
 func (l *Lateness) Stop() {
 	l.once.Do(func() { close(l.stop) })
@@ -140,7 +199,14 @@ func (l *Lateness) Stop() {
 // Since returns the total time the process was stalled after t (the parts
 // of stalls before t do not count), a stall still under way included: the
 // measuring goroutine not having run yet counts from when it should have.
+// Where the kernel reports it, the time the process's threads waited for
+// a CPU after t (from the sample before t) counts instead when it is
+// larger.
 func (l *Lateness) Since(t time.Time) time.Duration {
+	cur, curOK := delay{}, false
+	if total, ok := readRunDelay(); ok {
+		cur, curOK = delay{at: time.Now(), total: total}, true
+	}
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -154,7 +220,13 @@ func (l *Lateness) Since(t time.Time) time.Duration {
 		}
 		sum += s.to.Sub(later(s.from, t))
 	}
-	return sum
+	if l.stopped || !curOK {
+		if len(l.delays) == 0 {
+			return sum
+		}
+		cur = l.delays[len(l.delays)-1]
+	}
+	return max(sum, l.delayedSince(t, cur))
 }
 
 func later(a, b time.Time) time.Time {

@@ -35,6 +35,9 @@ func TestWaitForPollsUntilCondHolds(t *testing.T) {
 // A stall of the whole process after the deadline shows up in the
 // allowance; a stall before it does not.
 func TestLatenessAllowanceCountsStallsAfterDeadline(t *testing.T) {
+	// Only the wake-ups: the threads' run-queue delay, which a loaded
+	// machine adds after the deadline, is checked below.
+	noRunDelay(t)
 	lat := StartLateness(t)
 	// The whole process stops, as when the machine is overloaded: SIGSTOP,
 	// and a shell sends SIGCONT after d.
@@ -63,5 +66,38 @@ func TestLatenessAllowanceCountsStallsAfterDeadline(t *testing.T) {
 	}
 	if lat.Max() < 150*time.Millisecond {
 		t.Errorf("Max = %v; want the 200ms stall", lat.Max())
+	}
+}
+
+func noRunDelay(t *testing.T) {
+	old := readRunDelay
+	readRunDelay = func() (time.Duration, bool) { return 0, false }
+	t.Cleanup(func() { readRunDelay = old })
+}
+
+// Time the process's threads waited for a CPU after the deadline counts in
+// the allowance though the measuring goroutine itself ran on time; the
+// wait before the deadline does not.
+func TestLatenessAllowanceCountsRunQueueDelayAfterDeadline(t *testing.T) {
+	var waited atomic.Int64
+	old := readRunDelay
+	readRunDelay = func() (time.Duration, bool) { return time.Duration(waited.Load()), true }
+	t.Cleanup(func() { readRunDelay = old })
+
+	lat := StartLateness(t)
+	waited.Add(int64(300 * time.Millisecond)) // before the deadline
+	time.Sleep(30 * time.Millisecond)         // a sample of it is taken
+	deadline := time.Now()
+	time.Sleep(30 * time.Millisecond)
+	waited.Add(int64(400 * time.Millisecond)) // after it
+	time.Sleep(30 * time.Millisecond)
+	lat.Stop()
+
+	got := lat.Allowance(50*time.Millisecond, deadline)
+	if got < 450*time.Millisecond {
+		t.Errorf("Allowance = %v; want base 50ms + the 400ms waited after the deadline", got)
+	}
+	if got >= 750*time.Millisecond {
+		t.Errorf("Allowance = %v; the 300ms waited before the deadline was counted", got)
 	}
 }
