@@ -74,8 +74,13 @@ func (c *cell) newRun(n int) *run {
 // while the fault is played out on the forced one.
 const backgroundOps = 4
 
-// opTimeout bounds an ordinary critical section's acquire.
-func (r *run) opTimeout() time.Duration { return 10*time.Second + 5*r.c.ttl }
+// opTimeout bounds an ordinary critical section's acquire. It is a
+// liveness budget only (what the run judges is what the resource accepted),
+// so it is generous: on a loaded machine (load 80-90 on 2 cores) a Redlock
+// acquire with a 300 ms TTL fails attempt after attempt for many seconds,
+// its quorum round outlasting the validity, and 10 s + 5 TTLs ran out
+// before a fault was even injected.
+func (r *run) opTimeout() time.Duration { return 40*time.Second + 5*r.c.ttl }
 
 // op sends client id a critical section on item and returns its id. kind
 // is "sell", "write" (a new value), "read", or "sell+write".
@@ -191,7 +196,9 @@ func (r *run) opEvent(ctx context.Context, id int, op, kind string, timeout time
 func (r *run) schedule(ctx context.Context) error {
 	nem := r.c.nem
 	forced, other := r.items[0], r.items[1]
-	long := nem.takeover + 30*time.Second
+	// long bounds waits for events that follow an acquire: at least the
+	// acquire's own budget.
+	long := nem.takeover + r.opTimeout() + 30*time.Second
 
 	// Before: c2 and c3 sell one unit each.
 	if _, err := r.op(ctx, taker, forced, "sell", false, r.opTimeout()); err != nil {
@@ -312,7 +319,7 @@ func (r *run) drain(ctx context.Context) error {
 		}
 	}
 	release()
-	_, err := r.await(ctx, 2*r.c.nem.takeover+30*time.Second, "end of every critical section", func(event) bool {
+	_, err := r.await(ctx, 2*r.c.nem.takeover+r.opTimeout()+30*time.Second, "end of every critical section", func(event) bool {
 		release()
 		return len(r.busy) == 0
 	})
