@@ -514,6 +514,26 @@ func TestTxLeaseBoundFollowsRenewals(t *testing.T) {
 			t.Fatalf("lazy %v: fn outlasting its lease: %v, want ErrHoldExpired", lazy, err)
 		}
 
+		// A live lease around a transaction that failed, or that fn
+		// ended itself: COMMIT reports it as without a lease.
+		live := leaseCtx(ctx, "sku:1", 5, func() time.Time { return time.Now().Add(lease) })
+		err = tokens.Tx(live, pool, "", 0, func(tx pgx.Tx) error {
+			_, _ = tx.Exec(ctx, `SELECT 1 / 0`)
+			return nil
+		})
+		if !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("lazy %v: fn going on past a failed statement: %v, want pgx.ErrTxCommitRollback", lazy, err)
+		}
+		err = tokens.Tx(live, pool, "", 0, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('rolled back')`); err != nil {
+				return err
+			}
+			return tx.Rollback(ctx)
+		})
+		if !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("lazy %v: fn rolling back itself: %v, want pgx.ErrTxClosed", lazy, err)
+		}
+
 		// Ended before the claim: nothing is sent.
 		gone := leaseCtx(ctx, "sku:1", 5, func() time.Time { return time.Now().Add(-time.Millisecond) })
 		err = tokens.Tx(gone, pool, "", 0, func(tx pgx.Tx) error {

@@ -137,6 +137,13 @@ func isHoldEnd(err error) bool {
 	return pgErr.Code == "25P03" || (pgErr.Code == "22P02" && strings.Contains(pgErr.Message, leaseMarker))
 }
 
+// isFailedTx reports whether err says the transaction had failed before
+// the statement (SQLSTATE 25P02).
+func isFailedTx(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
+}
+
 // holdEnded returns err, matching ErrHoldExpired too when the hold bound
 // ended the transaction.
 func holdEnded(err error) error {
@@ -156,13 +163,14 @@ func (k *Tokens) commit(ctx context.Context, db DB, tx pgx.Tx, resource string, 
 			rollback(ctx, tx)
 			return err
 		}
-		if tx.Conn().PgConn().TxStatus() == 'T' { // not failed: COMMIT would roll back anyway
-			exp, _ := token.Expiry(b.ctx)
-			ext := max(0, exp.Sub(b.exp).Microseconds())
-			if _, err := tx.Exec(ctx, leaseCheckSQL, ext); err != nil {
-				rollback(ctx, tx)
-				return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, holdEnded(err))
-			}
+		exp, _ := token.Expiry(b.ctx)
+		ext := max(0, exp.Sub(b.exp).Microseconds())
+		// In a failed transaction (fn went on past an error) or one fn
+		// ended itself, the check cannot run and COMMIT commits nothing:
+		// COMMIT then reports it as it would without a lease.
+		if _, err := tx.Exec(ctx, leaseCheckSQL, ext); err != nil && !errors.Is(err, pgx.ErrTxClosed) && !isFailedTx(err) {
+			rollback(ctx, tx)
+			return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, holdEnded(err))
 		}
 	}
 	if beforeCommit != nil {
@@ -176,7 +184,8 @@ func (k *Tokens) commit(ctx context.Context, db DB, tx pgx.Tx, resource string, 
 	switch {
 	case isHoldEnd(err):
 		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, holdEnded(err))
-	case errors.As(err, &pgErr), pgconn.SafeToRetry(err), txid == 0, errors.Is(err, pgx.ErrTxCommitRollback):
+	case errors.As(err, &pgErr), pgconn.SafeToRetry(err), txid == 0,
+		errors.Is(err, pgx.ErrTxCommitRollback), errors.Is(err, pgx.ErrTxClosed):
 		// The server answered, or the COMMIT was never sent: not committed.
 		return fmt.Errorf("postgres: commit fenced transaction on %s: %w", resource, err)
 	}
