@@ -242,7 +242,11 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 // the grant or the queueing it is to undo.
 func (l *Locker) abandon(ctx context.Context, pending <-chan struct{}, k lockKeys, id string, ttl time.Duration) {
 	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
-	l.cleanup.Run(ctx, pending, func(ctx context.Context) {
+	var after []<-chan struct{}
+	if pending != nil {
+		after = append(after, pending)
+	}
+	l.cleanup.Run(ctx, after, func(ctx context.Context) {
 		_ = abandonScript.Run(ctx, l.client, k.all, id, k.channel, l.idleArg, member).Err()
 	})
 }

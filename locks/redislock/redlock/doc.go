@@ -66,16 +66,21 @@
 // write (the node counts as failed for that key; Heal replaces it);
 // [*token.RangeError] at the ceiling.
 //
-// # Deadlines
+// # Deadlines and cancels
 //
 // Every call returns by its context's deadline, with an error matching
 // context.DeadlineExceeded (inside the QuorumError, if any) when the
-// deadline cut it short; a node's own NodeTimeout is not the caller's
-// deadline and does not match. Create the clients with
-// ContextTimeoutEnabled (otherwise go-redis bounds reads by ReadTimeout,
-// not the context) and MaxRetries: -1, as for redislock: a node that fails
-// a call counts as a vote lost, and retrying the acquisition is the
-// caller's (or package guard's) decision.
+// deadline cut it short, and as soon as its context is cancelled, with an
+// error matching context.Canceled — a context without a deadline too
+// (go-redis alone would wait for the node's NodeTimeout or ReadTimeout). A
+// node's own NodeTimeout is not the caller's deadline and does not match.
+// Commands sent before the context ended finish in the background, their
+// outcome unknown, as after a lost reply; the nodes of a cut acquire are
+// given back once its commands have finished. [Locker.Close] waits for
+// them. Create the clients with ContextTimeoutEnabled (otherwise go-redis
+// bounds reads by ReadTimeout, not the context) and MaxRetries: -1, as for
+// redislock: a node that fails a call counts as a vote lost, and retrying
+// the acquisition is the caller's (or package guard's) decision.
 //
 // Why the token is monotonic, the clock offset, the Sequencer's answer and
 // the waiters' design: docs/design.md, "redlock".

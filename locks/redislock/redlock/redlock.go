@@ -16,6 +16,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/cleanup"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/detach"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/lease"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/rnotify"
 	"github.com/fenceguard/fenceguard/token"
@@ -111,6 +112,7 @@ type Locker struct {
 	o      Options
 
 	cleanup cleanup.Group // background give-backs
+	bg      detach.Group  // commands a cancel left running
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -152,21 +154,25 @@ func New(nodes []Client, o Options) (*Locker, error) {
 }
 
 // Close stops the pub/sub readers; blocked acquires fail with an
-// error matching [locks.ErrClosed].
-// Granted leases stay usable. Idempotent.
+// error matching [locks.ErrClosed]. It waits for the commands that calls
+// cut short by a cancel left running (each ends with its reply, by the
+// client's ReadTimeout, or at the client's Close) and for their
+// clean-ups. Granted leases stay usable. Idempotent.
 func (l *Locker) Close() error {
 	for _, n := range l.notify {
 		n.Close()
 	}
 	l.cleanup.Close() // each is bounded by cleanup.Timeout
+	l.bg.Wait()
 	return nil
 }
 
 // giveBack releases the nodes an attempt that did not grant took, in the
 // background, bounded ([cleanup.Group.Run]), so that a call returns by its
-// context's deadline; Close waits for it.
-func (l *Locker) giveBack(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) {
-	l.cleanup.Run(ctx, nil, func(ctx context.Context) { l.releaseNodes(ctx, timeout, k, id, nodes) })
+// context's deadline or its cancel; Close waits for it. It starts once the
+// attempt's commands a cancel cut short (after) have finished.
+func (l *Locker) giveBack(ctx context.Context, after []<-chan struct{}, timeout time.Duration, k lockKeys, id string, nodes []bool) {
+	l.cleanup.Run(ctx, after, func(ctx context.Context) { l.releaseNodes(ctx, timeout, k, id, nodes) })
 }
 
 type lockKeys struct {
@@ -205,10 +211,25 @@ func (l *Locker) each(ctx context.Context, timeout time.Duration, nodes []bool, 
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			fn(nctx, i, &mu)
+			fn(context.WithValue(nctx, callerKey{}, ctx), i, &mu)
 		})
 	}
 	wg.Wait()
+}
+
+// callerKey is the key of the caller's context in a node call's context
+// (see caller).
+type callerKey struct{}
+
+// caller returns the context of the call that a node call's ctx (from
+// each) belongs to, or ctx itself. A node call returns early at the
+// caller's cancel or deadline (package detach), not at its own
+// NodeTimeout, which go-redis enforces on the socket.
+func caller(ctx context.Context) context.Context {
+	if c, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return c
+	}
+	return ctx
 }
 
 // outcome of an attempt that did not grant.
@@ -239,10 +260,17 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 	id := newID()
 	a := newAttempt(len(l.nodes))
 	timeout := l.nodeTimeout(ttl)
+	// Nodes whose acquire a cancel cut short: the grant may land there
+	// yet, so they are given back too, once their commands have finished.
+	cut := make([]bool, len(l.nodes))
+	var pending []<-chan struct{}
 	ask := func(ctx context.Context, i int, mu *sync.Mutex) {
-		ok, floor, pttl, holder, err := l.acquireNode(ctx, i, k, id, ttl)
+		ok, floor, pttl, holder, p, err := l.acquireNode(ctx, i, k, id, ttl)
 		mu.Lock()
 		a.acquired(i, ok, floor, pttl, holder, err)
+		if p != nil {
+			cut[i], pending = true, append(pending, p)
+		}
 		mu.Unlock()
 	}
 	var rest []bool // nodes still to ask; nil for all
@@ -282,8 +310,12 @@ func (l *Locker) try(ctx context.Context, k lockKeys, key string, ttl time.Durat
 			return g, 0, 0, nil
 		}
 	}
-	if a.heldCount() > 0 {
-		l.giveBack(ctx, timeout, k, id, slices.Clone(a.held))
+	if a.heldCount() > 0 || len(pending) > 0 {
+		back := slices.Clone(a.held)
+		for i, c := range cut {
+			back[i] = back[i] || c
+		}
+		l.giveBack(ctx, pending, timeout, k, id, back)
 	}
 	if rangeErr != nil {
 		return nil, 0, 0, fmt.Errorf("redlock: acquire %q: %w", key, rangeErr)
@@ -311,26 +343,29 @@ func backoff(n int) time.Duration {
 }
 
 // acquireNode runs the acquire script on node i; granted, it reports the
-// node's floor (readFloor).
-func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, err error) {
-	res, err := acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
+// node's floor (readFloor). When ctx ends first it returns at once, with
+// the channel closed once the script's command has finished (pending).
+func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, pending <-chan struct{}, err error) {
+	res, pending, err := detach.Start(&l.bg, caller(ctx), func() ([]any, error) {
+		return acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
+	})
 	if err != nil {
-		return false, 0, 0, "", nodeErr(i, k.counter, err)
+		return false, 0, 0, "", pending, nodeErr(i, k.counter, err)
 	}
 	if got, _ := res[0].(int64); got != 1 && len(res) == 3 {
 		p, _ := res[1].(int64)
 		holder, _ = res[2].(string)
 		holder, _, _ = strings.Cut(holder, "|") // the grant's id, with or without its token
-		return false, 0, time.Duration(p) * time.Millisecond, holder, nil
+		return false, 0, time.Duration(p) * time.Millisecond, holder, nil, nil
 	}
 	if len(res) != 4 {
-		return false, 0, 0, "", fmt.Errorf("redlock: node %d: unexpected acquire reply %v", i, res)
+		return false, 0, 0, "", nil, fmt.Errorf("redlock: node %d: unexpected acquire reply %v", i, res)
 	}
 	floor, err = readFloor(res[1:])
 	if err != nil {
-		return false, 0, 0, "", fmt.Errorf("redlock: node %d: unexpected acquire reply %v: %w", i, res, err)
+		return false, 0, 0, "", nil, fmt.Errorf("redlock: node %d: unexpected acquire reply %v: %w", i, res, err)
 	}
-	return true, floor, 0, "", nil
+	return true, floor, 0, "", nil, nil
 }
 
 // readFloor reads a script's {counter or "", now, offset} and computes
@@ -393,7 +428,9 @@ func parseCounter(s string) (token.Token, error) {
 // writeBackNode writes tok back to node i, and raises the node's offset to
 // tok's lead over its clock (see writeBackScript).
 func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string, tok token.Token) (bool, error) {
-	n, err := writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
+	n, err := detach.Call(&l.bg, caller(ctx), func() (int, error) {
+		return writeBackScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, tok.String(), ms(l.o.CounterIdle)).Int()
+	})
 	return n == 1, nodeErr(i, k.counter, err)
 }
 
@@ -401,7 +438,9 @@ func (l *Locker) writeBackNode(ctx context.Context, i int, k lockKeys, id string
 // It returns how many nodes held this grant.
 func (l *Locker) releaseNodes(ctx context.Context, timeout time.Duration, k lockKeys, id string, nodes []bool) (released int, errs []error) {
 	l.each(ctx, timeout, nodes, func(ctx context.Context, i int, mu *sync.Mutex) {
-		n, err := releaseScript.Run(ctx, l.nodes[i], []string{k.lock}, id, k.channel).Int()
+		n, err := detach.Call(&l.bg, caller(ctx), func() (int, error) {
+			return releaseScript.Run(ctx, l.nodes[i], []string{k.lock}, id, k.channel).Int()
+		})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -570,7 +609,9 @@ func (l *Locker) Issued(ctx context.Context, key string) (token.Token, error) {
 	var top token.Token
 	answered := 0
 	l.each(ctx, time.Second, nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		res, err := issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.lock}).Slice()
+		res, err := detach.Call(&l.bg, caller(ctx), func() ([]any, error) {
+			return issuedScript.Run(ctx, l.nodes[i], []string{k.counter, k.lock}).Slice()
+		})
 		var floor token.Token
 		if err == nil {
 			floor, err = readIssued(i, res)
@@ -632,7 +673,10 @@ func (l *Locker) Heal(ctx context.Context, key string, to token.Token) error {
 // healNode raises node i's counter to at least to, and its offset so that
 // its clock floor is at least to from now on.
 func (l *Locker) healNode(ctx context.Context, i int, k lockKeys, to token.Token) error {
-	return healScript.Run(ctx, l.nodes[i], []string{k.counter}, to.String(), ms(l.o.CounterIdle), (to + 1).String()).Err()
+	_, err := detach.Call(&l.bg, caller(ctx), func() (struct{}, error) {
+		return struct{}{}, healScript.Run(ctx, l.nodes[i], []string{k.counter}, to.String(), ms(l.o.CounterIdle), (to + 1).String()).Err()
+	})
+	return err
 }
 
 func newID() string {
@@ -665,7 +709,9 @@ func (s *lockLease) Renew(ctx context.Context) error {
 	start := time.Now()
 	a := newAttempt(len(l.nodes))
 	l.each(ctx, l.nodeTimeout(ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
-		n, err := renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(ttl), ms(l.o.CounterIdle)).Int()
+		n, err := detach.Call(&l.bg, caller(ctx), func() (int, error) {
+			return renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(ttl), ms(l.o.CounterIdle)).Int()
+		})
 		mu.Lock()
 		defer mu.Unlock()
 		a.wroteBack(i, n == 1, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/redislock/internal/ctxerr"
+	"github.com/fenceguard/fenceguard/locks/redislock/internal/detach"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -79,7 +80,7 @@ func (s *Sequencer) Current(ctx context.Context, key string) (token.Token, error
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, sequencerTimeout)
 			defer cancel()
-			v, err := readNode(nctx, c, i, k)
+			v, err := readNode(context.WithValue(nctx, callerKey{}, ctx), c, i, k)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -107,7 +108,9 @@ type nodeView struct {
 }
 
 func readNode(ctx context.Context, c Client, i int, k lockKeys) (nodeView, error) {
-	res, err := currentScript.Run(ctx, c, []string{k.lock, k.counter}).StringSlice()
+	res, err := detach.Call(nil, caller(ctx), func() ([]string, error) {
+		return currentScript.Run(ctx, c, []string{k.lock, k.counter}).StringSlice()
+	})
 	if err != nil {
 		return nodeView{}, nodeErr(i, k.counter, err)
 	}

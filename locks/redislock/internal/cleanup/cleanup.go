@@ -31,15 +31,15 @@ type Group struct {
 
 // Run runs fn on a context of its own bounded by [Timeout], waits for it
 // while ctx lives and [Wait] after, and then returns, fn finishing in the
-// background. When after is not nil, fn starts (and its Timeout with it)
-// once after is closed — the command a cancel cut short, which the
-// clean-up must follow — and Run does not wait for it. After
+// background. When after holds channels, fn starts (and its Timeout with
+// it) once they are all closed — the commands a cancel cut short, which
+// the clean-up must follow — and Run does not wait for it. After
 // [Group.Close] it runs fn before returning (nothing would wait for a
 // goroutine any more).
-func (g *Group) Run(ctx context.Context, after <-chan struct{}, fn func(ctx context.Context)) {
+func (g *Group) Run(ctx context.Context, after []<-chan struct{}, fn func(ctx context.Context)) {
 	run := func() {
-		if after != nil {
-			<-after
+		for _, c := range after {
+			<-c
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()
@@ -57,7 +57,7 @@ func (g *Group) Run(ctx context.Context, after <-chan struct{}, fn func(ctx cont
 		run()
 	})
 	g.mu.Unlock()
-	if after != nil {
+	if len(after) > 0 {
 		return // fn waits for a command that ctx's end left running: not worth waiting for
 	}
 	select {
