@@ -3,6 +3,7 @@ package frozen
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,12 +115,30 @@ func TestGuardLateRenewalAfterReleaseDoesNotExtendLock(t *testing.T) {
 }
 
 // Redis delayed, not frozen: a renewal is in flight when Release is
-// called with a deadline long enough for one round trip plus the rest of
-// the renewal. Release must both return by its deadline and release.
+// called with a deadline long enough for a couple of round trips. Release
+// sends the release at once, on another of the client's pooled
+// connections, without waiting for the renewal: it must both return by
+// its deadline and release.
 func TestGuardReleaseDelayedRedis(t *testing.T) {
 	srv := redisserver.New(t)
 	p := harness.NewProxy(t, srv.Addr())
-	g := newRenewingGuard(t, redisLockerAt(t, p.Addr()), 3*time.Second, 500*time.Millisecond)
+	c := redisClient(t, p.Addr())
+	// Two pooled connections, as a busy client has: the renewal holds one.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.BLPop(itest.Ctx(t, 2*time.Second), 50*time.Millisecond, "fg:none").Err()
+		}()
+	}
+	wg.Wait()
+	rl, err := redislock.New(c, redislock.Options{Prefix: "fg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rl.Close() })
+	g := newRenewingGuard(t, rl, 3*time.Second, 500*time.Millisecond)
 	g2 := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), 3*time.Second, time.Second)
 	// Load the release script first: a first release on a fresh server
 	// takes two round trips (EVALSHA, NOSCRIPT, EVAL).
