@@ -176,7 +176,7 @@ func rootDir() (string, error) {
 	tmp := filepath.Join(dir, lockName+".new")
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR, 0o600)
 	if err == nil {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = tryLock(f)
 		if err == nil {
 			err = os.Rename(tmp, filepath.Join(dir, lockName))
 		}
@@ -204,7 +204,7 @@ func sweepStale(base string) {
 		if err != nil {
 			continue // not ours, or not yet set up
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if tryLock(f) == nil {
 			killUnder(dir)
 			cleanupStaleShm(dir)
 			os.RemoveAll(dir)

@@ -217,12 +217,12 @@ func (s *Server) Kill() error {
 // answered, like a long GC pause or a frozen VM. It returns once the main
 // process is stopped.
 func (s *Server) Pause() error {
-	return s.signalState(syscall.SIGSTOP, func(st byte) bool { return st == 'T' || st == 't' })
+	return s.signalState(sigStop, func(st byte) bool { return st == 'T' || st == 't' })
 }
 
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() error {
-	return s.signalState(syscall.SIGCONT, func(st byte) bool { return st != 'T' && st != 't' })
+	return s.signalState(sigCont, func(st byte) bool { return st != 'T' && st != 't' })
 }
 
 func (s *Server) signalState(sig syscall.Signal, reached func(byte) bool) error {
@@ -231,7 +231,7 @@ func (s *Server) signalState(sig syscall.Signal, reached func(byte) bool) error 
 	if s.p == nil || s.p.exited() {
 		return ErrNotRunning
 	}
-	if sig == syscall.SIGSTOP {
+	if sig == sigStop {
 		s.freezeLocked()
 	} else {
 		signalAll(s.p, tree(s.p.pid), sig)
@@ -256,7 +256,7 @@ func (s *Server) signalState(sig syscall.Signal, reached func(byte) bool) error 
 // the tree is listed, then every descendant. It returns the frozen pids.
 func (s *Server) freezeLocked() []int {
 	p := s.p
-	p.cmd.Process.Signal(syscall.SIGSTOP)
+	p.cmd.Process.Signal(sigStop)
 	if canSeeState {
 		deadline := time.Now().Add(2 * time.Second)
 		for st := procState(p.pid); st != 'T' && st != 't' && st != 0 && st != 'Z' && time.Now().Before(deadline); st = procState(p.pid) {
@@ -264,7 +264,7 @@ func (s *Server) freezeLocked() []int {
 		}
 	}
 	pids := tree(p.pid)
-	signalAll(p, pids, syscall.SIGSTOP)
+	signalAll(p, pids, sigStop)
 	return pids
 }
 
@@ -276,10 +276,10 @@ func signalAll(p *proc, pids []int, sig syscall.Signal) {
 	if !p.exited() {
 		for _, pid := range pids {
 			if pid != p.pid {
-				syscall.Kill(pid, sig)
+				kill(pid, sig)
 			}
 		}
-		syscall.Kill(-p.pid, sig)
+		kill(-p.pid, sig)
 	}
 	p.cmd.Process.Signal(sig)
 }
@@ -301,11 +301,7 @@ func (s *Server) spawnLocked(ctx context.Context) error {
 	from, _ := logf.Seek(0, io.SeekEnd)
 	fmt.Fprintf(logf, "=== %s fenceguard starts: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	var cred *syscall.Credential
-	if cmd.SysProcAttr != nil {
-		cred = cmd.SysProcAttr.Credential
-	}
-	cmd.SysProcAttr = sysProcAttr(cred)
+	cmd.SysProcAttr = sysProcAttr(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("harness: %s: %w", s.name, err)
 	}
@@ -373,7 +369,7 @@ func (s *Server) stopLocked(timeout time.Duration) error {
 	p := s.p
 	pids := tree(p.pid)
 	p.cmd.Process.Signal(s.kind.StopSignal())
-	signalAll(p, pids, syscall.SIGCONT) // a paused server cannot act on it
+	signalAll(p, pids, sigCont) // a paused server cannot act on it
 	select {
 	case <-p.done:
 		s.p = nil
@@ -420,8 +416,8 @@ func (s *Server) awaitGone(pids []int) error {
 				return fmt.Errorf("harness: %s: pid %d still alive after %v", s.name, pid, goneTimeout)
 			}
 			if now.After(kick) {
-				syscall.Kill(pid, syscall.SIGKILL)
-				syscall.Kill(pid, syscall.SIGCONT)
+				kill(pid, syscall.SIGKILL)
+				kill(pid, sigCont)
 			}
 			time.Sleep(pollEvery) // polling the kernel's view; no event to wait on
 		}

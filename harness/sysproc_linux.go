@@ -14,8 +14,9 @@ import (
 // the test binary dies, so a crash leaves no server behind. (The signal fires
 // when the forking OS thread ends; Go only ends threads of goroutines that
 // exit while locked to their thread, which this package never does.)
-func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
+// It keeps the Credential of the kind's own attributes, from.
+func sysProcAttr(from *syscall.SysProcAttr) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: credential(from)}
 }
 
 // procState returns the state letter of a process ('R', 'S', 'T', 'Z', …), or 0

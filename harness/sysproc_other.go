@@ -6,8 +6,9 @@ import "syscall"
 
 // sysProcAttr puts a server in its own process group. Without Linux's parent-death signal, a crashed test binary can
 // leave its servers running.
-func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+// It keeps the Credential of the kind's own attributes, from.
+func sysProcAttr(from *syscall.SysProcAttr) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Credential: credential(from)}
 }
 
 // procState is unknown outside Linux.

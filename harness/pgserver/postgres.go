@@ -178,8 +178,8 @@ func DSN(s *harness.Server) string {
 // (PostgreSQL refuses to run as root). The server is our direct child, so
 // signals and the parent-death signal reach the postmaster itself.
 type pgKind struct {
-	bin      string              // directory with initdb and postgres
-	cred     *syscall.Credential // nil: run as ourselves
+	bin      string               // directory with initdb and postgres
+	attr     *syscall.SysProcAttr // the postgres user's; nil: run as ourselves
 	uid, gid int
 }
 
@@ -193,18 +193,22 @@ func newPGKind() (*pgKind, error) {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		k.uid, k.gid = uid, gid
-		k.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+		k.attr = runAs(uid, gid)
 	}
 	return k, nil
 }
 
 // sysProcAttr runs a PostgreSQL tool as the postgres user when we are root.
 func (k *pgKind) sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Credential: k.cred}
+	if k.attr == nil {
+		return nil
+	}
+	a := *k.attr
+	return &a
 }
 
 func (k *pgKind) Prepare(ctx context.Context, s *harness.Server) error {
-	if k.cred != nil {
+	if k.attr != nil {
 		if err := os.Chown(s.Dir(), k.uid, k.gid); err != nil {
 			return err
 		}
@@ -237,7 +241,7 @@ func (k *pgKind) Command(s *harness.Server) (*exec.Cmd, error) {
 		"-c", "shared_buffers=64MB",
 	)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: k.cred}
+	cmd.SysProcAttr = k.sysProcAttr()
 	return cmd, nil
 }
 

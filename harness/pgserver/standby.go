@@ -42,7 +42,7 @@ type standbyKind struct {
 }
 
 func (k *standbyKind) Prepare(ctx context.Context, s *harness.Server) error {
-	if k.cred != nil {
+	if k.attr != nil {
 		if err := os.Chown(s.Dir(), k.uid, k.gid); err != nil {
 			return err
 		}
