@@ -552,3 +552,50 @@ func TestTxLeaseBoundFollowsRenewals(t *testing.T) {
 		t.Fatalf("%d rows of a transaction past its lease committed", n)
 	}
 }
+
+// Under a lease, the bound set right before COMMIT only ever tightens the
+// one set with the claim: a HoldTimeout shorter than the lease still ends
+// a holder that goes idle before its COMMIT, and a lease ending beyond
+// what PostgreSQL can bound does not fail the transaction.
+func TestTxHoldTimeoutBoundsCommitUnderALongLease(t *testing.T) {
+	pg := pgserver.Shared(t)
+	pool := poolIn(t, pg.DSN, "UTC")
+	ctx := ctxFor(t, time.Minute)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `CREATE TABLE held_long (who text NOT NULL)`)
+	tokens, err := postgres.NewTokens(postgres.TokensOptions{HoldTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := leaseCtx(ctx, "sku:long", 5, func() time.Time { return time.Now().Add(30 * time.Second) })
+	postgres.SetBeforeCommit(func() { time.Sleep(2500 * time.Millisecond) }) // idle past HoldTimeout, well within the lease
+	err = tokens.Tx(long, pool, "", 0, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO held_long (who) VALUES ('idle past HoldTimeout')`)
+		return err
+	})
+	postgres.SetBeforeCommit(nil)
+	if !errors.Is(err, postgres.ErrHoldExpired) {
+		t.Fatalf("idle 2.5s before COMMIT with HoldTimeout 1s and 30s of lease left: %v, want ErrHoldExpired", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM held_long`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows committed past HoldTimeout", n)
+	}
+
+	farTokens, err := postgres.NewTokens(postgres.TokensOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := leaseCtx(ctx, "sku:far", 6, func() time.Time { return time.Now().Add(30 * 24 * time.Hour) })
+	if err := farTokens.Tx(far, pool, "", 0, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO held_long (who) VALUES ('a lease of 30 days')`)
+		return err
+	}); err != nil {
+		t.Fatalf("a lease ending in 30 days: %v", err)
+	}
+}

@@ -100,6 +100,7 @@ func (k *Tokens) bound(ctx context.Context, t token.Token, dl time.Time, hasDl b
 	if hasDl {
 		d = min(d, time.Until(dl))
 	}
+	d = min(d, maxHoldTimeout) // a lease ending beyond what the server can bound
 	b.idleMs = max(1, d.Milliseconds())
 	return b, nil
 }
@@ -116,15 +117,23 @@ const leaseSQL = `set_config('fenceguard.lease_end', CASE WHEN $4::bigint > 0
 
 // leaseCheckSQL runs right before COMMIT: it fails when the lease (moved
 // on by $1 µs of renewals since the claim) has ended on the server's
-// clock, and otherwise bounds the idle time until the COMMIT to what is
+// clock, and otherwise bounds the idle time until the COMMIT by what is
 // left of it, so that a holder frozen between this statement and its
 // COMMIT has its session ended, and the transaction rolled back, at the
-// lease's end.
+// lease's end. It only ever lowers the idle bound: a tighter one set with
+// the claim (HoldTimeout, the context's deadline, the session's own
+// setting) stays.
 const leaseCheckSQL = `WITH fenceguard_l AS (SELECT current_setting('fenceguard.lease_end')::bigint + $1::bigint
- - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS left_us)
+ - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS left_us,
+ (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint AS cur_ms)
 SELECT CASE WHEN left_us > 0
- THEN set_config('idle_in_transaction_session_timeout', greatest(1, left_us / 1000)::text, true)
+ THEN set_config('idle_in_transaction_session_timeout', CASE WHEN cur_ms > 0 AND cur_ms <= left_us / 1000
+  THEN current_setting('idle_in_transaction_session_timeout')
+  ELSE least(` + maxHoldMs + `, greatest(1, left_us / 1000))::text END, true)
  ELSE (SELECT '` + leaseMarker + `'::text)::boolean::text END FROM fenceguard_l`
+
+// maxHoldMs is maxHoldTimeout in milliseconds, as SQL text.
+const maxHoldMs = "2147483647"
 
 // isHoldEnd reports whether err says the hold bound ended the
 // transaction: the lease check refusing the commit, or the server ending
