@@ -163,7 +163,7 @@ func TestSweepStale(t *testing.T) {
 	defer f.Close()
 	// flock locks are per open file description: a second open in this
 	// process conflicts as another process's would.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := tryLock(f); err != nil {
 		t.Fatal(err)
 	}
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -47,7 +46,7 @@ func TestLatenessAllowanceCountsStallsAfterDeadline(t *testing.T) {
 		if err := cont.Start(); err != nil {
 			t.Fatal(err)
 		}
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		kill(os.Getpid(), sigStop)
 		cont.Wait()
 	}
 	stallFor(150 * time.Millisecond)

@@ -177,7 +177,7 @@ func (c *attackChild) line(d time.Duration) (string, bool) {
 // freeze stops the child and waits until the kernel says it is stopped.
 func (c *attackChild) freeze(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+	if err := kill(c.pid(), sigStop); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); !stopped(c.pid()); {
@@ -190,7 +190,7 @@ func (c *attackChild) freeze(t *testing.T) {
 
 func (c *attackChild) thaw(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(c.pid(), syscall.SIGCONT); err != nil {
+	if err := kill(c.pid(), sigCont); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,8 +218,8 @@ func (c *attackChild) kill() {
 		return
 	default:
 	}
-	syscall.Kill(c.pid(), syscall.SIGKILL)
-	syscall.Kill(c.pid(), syscall.SIGCONT)
+	kill(c.pid(), syscall.SIGKILL)
+	kill(c.pid(), sigCont)
 	<-c.waited
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/fenceguard/fenceguard/harness"
@@ -61,7 +60,7 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 		n.label = "c1 FROZEN (SIGSTOP)"
 		n.inject = func(ctx context.Context, r *run) error {
 			p := c.procs[victim]
-			if err := p.signal(syscall.SIGSTOP); err != nil {
+			if err := p.signal(sigStop); err != nil {
 				return err
 			}
 			for deadline := time.Now().Add(5 * time.Second); !stopped(p.pid()); {
@@ -72,8 +71,8 @@ func newNemesis(spec cellSpec, c *cell) *nemesis {
 			}
 			return nil
 		}
-		n.heal = func(context.Context, *run) error { return c.procs[victim].signal(syscall.SIGCONT) }
-		n.cleanup = func() { c.procs[victim].signal(syscall.SIGCONT) }
+		n.heal = func(context.Context, *run) error { return c.procs[victim].signal(sigCont) }
+		n.cleanup = func() { c.procs[victim].signal(sigCont) }
 
 	case nemClock:
 		n.label = "c1's clock STANDS STILL: it renews nothing and believes its lease is live"

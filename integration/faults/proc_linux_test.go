@@ -45,3 +45,8 @@ func alive(pid int) bool {
 	st := procState(pid)
 	return st != 0 && st != 'Z'
 }
+
+// The signals that freeze and thaw a client, and the call that sends them.
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT
+
+func kill(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }

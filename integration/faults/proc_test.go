@@ -189,7 +189,7 @@ func (p *clientProc) signal(sig syscall.Signal) error {
 	if p.cmd == nil {
 		return errors.New("an in-process client cannot be signalled")
 	}
-	return syscall.Kill(p.cmd.Process.Pid, sig)
+	return kill(p.cmd.Process.Pid, sig)
 }
 
 // stop ends the client: it is resumed (it may be frozen), asked to quit,
@@ -201,7 +201,7 @@ func (p *clientProc) stop() error {
 		p.mem.close()
 		return nil
 	}
-	p.signal(syscall.SIGCONT)
+	p.signal(sigCont)
 	p.send(context.Background(), command{Kind: cmdQuit})
 	p.mu.Lock()
 	p.stdin.Close()

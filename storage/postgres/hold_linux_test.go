@@ -7,3 +7,6 @@ import "syscall"
 func holderSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// The signals that freeze and thaw a holder.
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT

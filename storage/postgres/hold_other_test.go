@@ -10,3 +10,6 @@ import "syscall"
 // and SIGCONT the kernel sends an orphaned process group with a stopped
 // member.
 func holderSysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// The signals that freeze and thaw a holder.
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT

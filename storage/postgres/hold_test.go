@@ -10,7 +10,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -297,7 +296,7 @@ func startHolder(t *testing.T, cfg holdConfig) *holder {
 	}()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil { // not waited for: the test failed
-			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Signal(sigCont)
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
@@ -323,7 +322,7 @@ func (h *holder) line(t *testing.T) string {
 // stop freezes the child and waits until the kernel says it is stopped.
 func (h *holder) stop(t *testing.T) {
 	t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := h.cmd.Process.Signal(sigStop); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -346,7 +345,7 @@ func (h *holder) stop(t *testing.T) {
 // resume thaws the child and lets fn return.
 func (h *holder) resume(t *testing.T) {
 	t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := h.cmd.Process.Signal(sigCont); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := io.WriteString(h.stdin, "go on\n"); err != nil {

@@ -242,7 +242,7 @@ func TestSequencerOutvotesFailedAttempts(t *testing.T) {
 	const hour = 3600_000_000 // µs
 	for _, raw := range n.raw[:2] {
 		c, _, _ := strings.Cut(raw.Get(ctx, n.prefix+"{"+key+"}:tok").Val(), ":")
-		if err := raw.Set(ctx, n.prefix+"{"+key+"}:tok", c+":"+strconv.Itoa(hour), time.Hour).Err(); err != nil {
+		if err := raw.Set(ctx, n.prefix+"{"+key+"}:tok", c+":"+strconv.FormatInt(hour, 10), time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
