@@ -630,6 +630,19 @@ func (s *suite) acquireAfterClose(t *testing.T) {
 	if !errors.Is(err, locks.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v (after %v), want an error matching locks.ErrClosed", err, time.Since(start))
 	}
+	// A free key too: a closed locker grants nothing.
+	free := key(t, "free")
+	for name, acquire := range map[string]func(context.Context, string, time.Duration) (locks.Lease, error){
+		"Acquire": l.Acquire, "TryAcquire": l.TryAcquire,
+	} {
+		got, err := acquire(actx, free, s.cfg.LongTTL)
+		if got != nil {
+			_ = got.Release(ctx)
+		}
+		if !errors.Is(err, locks.ErrClosed) {
+			t.Errorf("%s of a free key after Close: %v, want an error matching locks.ErrClosed", name, err)
+		}
+	}
 }
 
 // The sequencer answers the token of the current grant: the holder's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +80,8 @@ type Locker struct {
 
 	cleanup cleanup.Group // background clean-ups
 	bg      detach.Group  // commands a cancel left running
+
+	closed atomic.Bool // set by Close: acquires fail with errClosed
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -120,6 +123,7 @@ func New(client Client, o Options) (*Locker, error) {
 // clean-ups. Leases already granted stay usable (renew, release). Close is
 // idempotent.
 func (l *Locker) Close() error {
+	l.closed.Store(true)
 	l.notify.Close()
 	l.cleanup.Close() // each is bounded by cleanup.Timeout
 	l.bg.Wait()
@@ -268,6 +272,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
+	if l.closed.Load() {
+		return nil, errClosed
+	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return nil, err
 	}
@@ -303,6 +310,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
+	}
+	if l.closed.Load() {
+		return nil, errClosed
 	}
 	if err := checkSlot(l.client, l.o.Prefix, key); err != nil {
 		return nil, err

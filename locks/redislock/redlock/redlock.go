@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,6 +114,8 @@ type Locker struct {
 
 	cleanup cleanup.Group // background give-backs
 	bg      detach.Group  // commands a cancel left running
+
+	closed atomic.Bool // set by Close: acquires fail with errClosed
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -159,6 +162,7 @@ func New(nodes []Client, o Options) (*Locker, error) {
 // client's ReadTimeout, or at the client's Close) and for their
 // clean-ups. Granted leases stay usable. Idempotent.
 func (l *Locker) Close() error {
+	l.closed.Store(true)
 	for _, n := range l.notify {
 		n.Close()
 	}
@@ -459,6 +463,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
 	}
+	if l.closed.Load() {
+		return nil, errClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -500,6 +507,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
 	if err := locks.CheckArgs(key, ttl, minTTL); err != nil {
 		return nil, err
+	}
+	if l.closed.Load() {
+		return nil, errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
