@@ -172,7 +172,11 @@ func (s *pgTxStore) name() string { return s.copy }
 
 func (s *pgTxStore) tx(ctx context.Context, item string, t token.Token, claim bool, fn func(pgx.Tx) error) error {
 	if claim {
-		return s.tokens.Tx(ctx, s.db, item, t, fn)
+		// Without the lease's end: a Tx under a lease that has ended is
+		// refused before its claim is sent (ErrHoldExpired), and this
+		// copy is here to show what the resource's mark refuses. The
+		// lease bound is checked in storage/postgres and integration/frozen.
+		return s.tokens.Tx(token.WithExpiry(ctx, nil), s.db, item, t, fn)
 	}
 	return pgx.BeginFunc(ctx, s.db, fn)
 }

@@ -233,8 +233,8 @@ func TestLockKeyResolve(t *testing.T) {
 		{"sku update key as string '1 '", sku.Update(c1, e.pool, "1 ", 0, postgres.Set("stock", 9))},
 	}
 	for _, c := range checks {
-		if !errors.Is(c.err, token.ErrMissing) || !strings.Contains(fmt.Sprint(c.err), "another key") {
-			t.Errorf("%s: %v, want ErrMissing naming another key", c.name, c.err)
+		if !errors.Is(c.err, token.ErrMissing) || !strings.Contains(fmt.Sprint(c.err), "the context carries the token of lock") {
+			t.Errorf("%s: %v, want ErrMissing naming both keys", c.name, c.err)
 		} else {
 			t.Logf("%s: refused: %v", c.name, c.err)
 		}
