@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -252,4 +253,32 @@ func (l *Lateness) Max() time.Duration {
 // code's fault rather than the scheduler's.
 func (l *Lateness) Allowance(base time.Duration, deadline time.Time) time.Duration {
 	return base + l.Since(deadline)
+}
+
+// ReturnsAtCancel runs each call with a context that is cancelled after
+// the given delay and fails t for each one that does not return with an
+// error matching context.Canceled within slack of the cancel (plus the
+// stalls [Lateness] measured after it). Use it to check that calls
+// against a paused or blackholed server honour a cancel without a
+// deadline.
+func ReturnsAtCancel(t testing.TB, after, slack time.Duration, calls map[string]func(context.Context) error) {
+	t.Helper()
+	for name, call := range calls {
+		ctx, cancel := context.WithCancel(context.Background())
+		lat := StartLateness(t)
+		start := time.Now()
+		timer := time.AfterFunc(after, cancel)
+		err := call(ctx)
+		late := time.Since(start) - after
+		allowed := lat.Allowance(slack, start.Add(after))
+		timer.Stop()
+		cancel()
+		lat.Stop()
+		if late > allowed {
+			t.Errorf("%s returned %v after its cancel, want under %v", name, late, allowed)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s, cancelled: %v, want an error matching context.Canceled", name, err)
+		}
+	}
 }

@@ -343,7 +343,7 @@ func TestClusterMigrationMidway(t *testing.T) {
 		func(o *redis.ClusterOptions) { o.RouteByLatency = true },
 	} {
 		ro := newClusterClient(t, rc, set)
-		a, r := checkSequencer(t, ctx, "cluster replica routing", redislock.NewSequencer(ro, "mig:"), key, h.Token(), 20)
+		a, r := itest.CheckSequencer(t, ctx, "cluster replica routing", redislock.NewSequencer(ro, "mig:"), key, h.Token(), 20)
 		lro := newLocker(t, ro, redislock.Options{Prefix: "mig:"})
 		if cur, err := lro.Current(ctx, key); err != nil && !errors.Is(err, redislock.ErrReplica) || err == nil && cur != h.Token() {
 			t.Errorf("Locker.Current on a replica-routing client: %d, %v", cur, err)

@@ -11,37 +11,7 @@ import (
 	"github.com/fenceguard/fenceguard/harness/redisserver"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks/redislock"
-	"github.com/fenceguard/fenceguard/token"
 )
-
-// checkSequencer asks seq about key n times and fails on any answer other
-// than want (the holder's token) unless it is an ErrReplica refusal when
-// refusals are allowed; it then runs a SequencerCheck for a forged token
-// just above the holder's, which must be refused. It returns how many
-// answers came and how many refusals.
-func checkSequencer(t *testing.T, ctx context.Context, name string, seq token.Sequencer, key string, want token.Token, n int) (answers, refusals int) {
-	t.Helper()
-	for range n {
-		got, err := seq.Current(ctx, key)
-		switch {
-		case err == nil && got == want:
-			answers++
-		case err == nil:
-			t.Errorf("%s: Current = %d, the holder's token is %d (a stale answer: a forged token in between passes SequencerCheck)", name, got, want)
-			return
-		case errors.Is(err, redislock.ErrReplica):
-			refusals++
-		default:
-			t.Errorf("%s: Current: %v (want the token or ErrReplica)", name, err)
-			return
-		}
-	}
-	chk := token.SequencerCheck(seq, token.SequencerOptions{CacheSize: -1})
-	if err := chk.Check(ctx, key, want+1); err == nil {
-		t.Errorf("%s: SequencerCheck admitted forged token %d above the holder's %d", name, want+1, want)
-	}
-	return answers, refusals
-}
 
 // TestSequencerRefusesPlainReplica: a plain client on a replica that
 // has not received the grant (replication cut) gets ErrReplica, never the
@@ -65,7 +35,7 @@ func TestSequencerRefusesPlainReplica(t *testing.T) {
 		t.Fatal("the replica has the grant: the test did not make it lag")
 	}
 	seq := redislock.NewSequencer(rc, "")
-	if a, _ := checkSequencer(t, ctx, "replica", seq, "k", le.Token(), 5); a != 0 {
+	if a, _ := itest.CheckSequencer(t, ctx, "replica", seq, "k", le.Token(), 5); a != 0 {
 		t.Errorf("a replica answered %d times", a)
 	}
 	// Locker.Current on a replica client, too.
@@ -74,7 +44,7 @@ func TestSequencerRefusesPlainReplica(t *testing.T) {
 		t.Errorf("Locker.Current on a replica: %v", err)
 	}
 	// The master answers the holder's token.
-	checkSequencer(t, ctx, "master", redislock.NewSequencer(mc, ""), "k", le.Token(), 3)
+	itest.CheckSequencer(t, ctx, "master", redislock.NewSequencer(mc, ""), "k", le.Token(), 3)
 }
 
 // TestSequencerSentinelReplicaRouting: with replication stalled and a
@@ -102,7 +72,7 @@ func TestSequencerSentinelReplicaRouting(t *testing.T) {
 	o.ReplicaOnly = true
 	replicaOnly := redis.NewFailoverClient(o)
 	t.Cleanup(func() { replicaOnly.Close() })
-	if a, r := checkSequencer(t, ctx, "ReplicaOnly", redislock.NewSequencer(replicaOnly, ""), "k", le.Token(), 5); a != 0 || r == 0 {
+	if a, r := itest.CheckSequencer(t, ctx, "ReplicaOnly", redislock.NewSequencer(replicaOnly, ""), "k", le.Token(), 5); a != 0 || r == 0 {
 		t.Errorf("ReplicaOnly: %d answers, %d refusals", a, r)
 	}
 	// What redis.NewFailoverClusterClient builds (a ClusterClient whose
@@ -139,7 +109,7 @@ func TestSequencerSentinelReplicaRouting(t *testing.T) {
 				reads++
 			}
 		}
-		a, r := checkSequencer(t, ctx, c.name, redislock.NewSequencer(cc, ""), "k", le.Token(), 20)
+		a, r := itest.CheckSequencer(t, ctx, c.name, redislock.NewSequencer(cc, ""), "k", le.Token(), 20)
 		t.Logf("%s: %d of 20 plain reads saw the stale replica; the Sequencer: %d answers, %d refusals", c.name, reads, a, r)
 	}
 }

@@ -194,23 +194,8 @@ func TestCallsReturnAtCancel(t *testing.T) {
 		"Reset":             func(ctx context.Context) error { _, err := fence.Reset(ctx, "reset", 5); return err },
 		"HighWater":         func(ctx context.Context) error { _, err := fence.HighWater(ctx, "r"); return err },
 	}
-	const after = 50 * time.Millisecond
-	for name, call := range calls {
-		cctx, cancel := context.WithCancel(context.Background())
-		lat := harness.StartLateness(t)
-		start := time.Now()
-		timer := time.AfterFunc(after, cancel)
-		err := call(cctx)
-		late := time.Since(start) - after
-		timer.Stop()
-		cancel()
-		if allowed := lat.Allowance(lockstest.DeadlineSlack, start.Add(after)); late > allowed {
-			t.Errorf("%s returned %v after its cancel, want under %v", name, late, allowed)
-		}
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s against a paused server, cancelled: %v, want an error matching context.Canceled", name, err)
-		}
-	}
+	// Against a paused server: every call returns at the cancel.
+	harness.ReturnsAtCancel(t, 50*time.Millisecond, lockstest.DeadlineSlack, calls)
 
 	closed := make(chan struct{})
 	go func() {
