@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -259,7 +260,7 @@ func (s *httpStore) write(ctx context.Context, item string, _ token.Token, stock
 }
 
 func (s *httpStore) do(ctx context.Context, method, item string, in *itemBody, out *history.State) error {
-	var body io.Reader
+	var body io.ReadSeeker
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
@@ -267,11 +268,29 @@ func (s *httpStore) do(ctx context.Context, method, item string, in *itemBody, o
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, s.base+"/"+url.PathEscape(item), body)
-	if err != nil {
-		return err
+	var (
+		req  *http.Request
+		resp *http.Response
+		err  error
+	)
+	// A request the service's socket reset before answering is sent again,
+	// up to twice: a client's kept-alive connection can be cut under it
+	// (the transport retries only GET and HEAD by itself), and the run must
+	// learn what the service answers to the write. Sending it again cannot
+	// hide a violation: every write the service admits is in its log.
+	for attempt := 0; ; attempt++ {
+		if body != nil {
+			body.Seek(0, io.SeekStart)
+		}
+		req, err = http.NewRequestWithContext(ctx, method, s.base+"/"+url.PathEscape(item), body)
+		if err != nil {
+			return err
+		}
+		resp, err = s.http.Do(req)
+		if err == nil || attempt == 2 || ctx.Err() != nil || !errors.Is(err, syscall.ECONNRESET) {
+			break
+		}
 	}
-	resp, err := s.http.Do(req)
 	if err != nil {
 		return err
 	}
