@@ -153,6 +153,40 @@ func ExampleRouteKey() {
 	// http://elsewhere.example/items/lamp → "" false
 }
 
+// One client for two kinds of resources: a Key that asks each RouteKey in
+// turn. A value the server's template refuses ("01" for {id:int}) maps to
+// no key, so the token is not sent with it.
+func ExampleRouteKey_severalKinds() {
+	accounts, err := httpmw.RouteKey("account:{id:int}", "/accounts/{id}/debit")
+	if err != nil {
+		log.Fatal(err)
+	}
+	orders, err := httpmw.RouteKey("order:{id}", "/orders/{id}", "/orders/{id}/items")
+	if err != nil {
+		log.Fatal(err)
+	}
+	key := func(r *http.Request) (string, bool) {
+		if k, ok := accounts(r); ok {
+			return k, true
+		}
+		return orders(r)
+	}
+	_ = &http.Client{Transport: &httpmw.Transport{Key: key}}
+	for _, u := range []string{
+		"http://payments.internal/accounts/7/debit",
+		"http://payments.internal/orders/7/items",
+		"http://payments.internal/accounts/01/debit",
+	} {
+		req, _ := http.NewRequest(http.MethodPost, u, nil)
+		k, ok := key(req)
+		fmt.Printf("%s → %q %v\n", u, k, ok)
+	}
+	// Output:
+	// http://payments.internal/accounts/7/debit → "account:7" true
+	// http://payments.internal/orders/7/items → "order:7" true
+	// http://payments.internal/accounts/01/debit → "" false
+}
+
 // A key template names the kind of resource, so two routes with an {id}
 // wildcard never share a key (and a mark); {id:int} admits only the
 // canonical form of an integer, so "01" cannot be a second lock on row 1.

@@ -197,12 +197,13 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // WriteStale writes the 409 stale-token problem if err is or wraps a
-// [*token.StaleError], and reports whether it did. [WriteError] answers
-// this and every other error of a store enforcer. Handlers call it with
-// the error of their store enforcer: a holder the middleware let through
-// can still be refused by the store (a newer holder claimed the row in
-// between), and that refusal must reach the client as the same problem, so
-// its [Transport] returns the same [*token.StaleError].
+// [*token.StaleError], and reports whether it did; otherwise it writes
+// nothing. Most handlers want [WriteError], which answers this and every
+// other error of a store enforcer. WriteStale is for a handler that maps
+// its other errors itself: a holder the middleware let through can still
+// be refused by the store (a newer holder claimed the row in between), and
+// that refusal must reach the client as the same problem, so its
+// [Transport] returns the same [*token.StaleError].
 func WriteStale(w http.ResponseWriter, err error) bool {
 	var se *token.StaleError
 	if !errors.As(err, &se) {

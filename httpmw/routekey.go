@@ -16,7 +16,23 @@ import (
 // /sku/42 and /sku/%34%32 alike to "sku:42", as the server does. A request
 // that matches no pattern, or whose key the middleware would refuse
 // (answering 404: a value the template's :int refuses, among others), maps
-// to no key, and the Transport sends it without the token.
+// to no key, and the Transport sends it without the token — so a fenced
+// write to /accounts/01/debit is answered 428 (no token), where the same
+// request with the token would have drawn 404: the token is never sent to
+// a key its lock was not granted for.
+//
+// One Transport serves several kinds of resources with one Key that asks
+// each RouteKey in turn; the first that knows the request answers:
+//
+//	accounts, _ := httpmw.RouteKey("account:{id:int}", "/accounts/{id}/debit")
+//	orders, _ := httpmw.RouteKey("order:{id}", "/orders/{id}", "/orders/{id}/items")
+//	key := func(r *http.Request) (string, bool) {
+//		if k, ok := accounts(r); ok {
+//			return k, true
+//		}
+//		return orders(r)
+//	}
+//	client := &http.Client{Transport: &httpmw.Transport{Key: key}}
 //
 // Patterns are [http.ServeMux] patterns, "[METHOD ][HOST]/PATH", matched
 // by a ServeMux exactly as a server's would match them (the path cleaned

@@ -22,11 +22,12 @@ type Sequencer struct {
 
 var _ token.Sequencer = (*Sequencer)(nil)
 
-// NewSequencer returns the Sequencer of the locks a [Locker] with
-// Options.Prefix prefix keeps in kv (default prefix "/fenceguard/lock/", as
-// for the Locker). A different prefix reads an empty queue and so answers
-// the cluster's revision: it then bounds nothing better than
-// [Locker.Issued].
+// NewSequencer returns the Sequencer of the locks a [Locker] keeps in kv
+// under prefix. Pass the Locker's Options.Prefix; "" means the same default
+// as the Locker's ("/fenceguard/lock/"), so a Locker and a Sequencer that
+// both leave the prefix unset agree. A prefix no Locker uses reads an empty
+// queue and so answers the cluster's revision: it then bounds nothing
+// better than [Locker.Issued].
 func NewSequencer(kv clientv3.KV, prefix string) *Sequencer {
 	if prefix == "" {
 		prefix = defaultPrefix
