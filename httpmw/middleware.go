@@ -75,7 +75,8 @@ type Options struct {
 
 	// ErrorWriter writes every refusal. Default [WriteProblem]. It receives
 	// the [Problem] the middleware would write, with its cause in Err, and
-	// must write a response: the request does not reach the handler.
+	// must write a response (one that writes nothing answers 200 with an
+	// empty body): the request does not reach the handler.
 	ErrorWriter func(w http.ResponseWriter, r *http.Request, p *Problem)
 
 	// Observe, if not nil, is called once for every request the

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fenceguard/fenceguard/token"
@@ -68,11 +70,35 @@ type Problem struct {
 
 // Error returns the problem's status, title and detail. A *Problem is the
 // error [Transport] returns for a refusal (inside [http.Client]'s
-// *url.Error).
+// *url.Error); the title and detail then come from the server, so control
+// and bidirectional-formatting characters in them are shown as U+FFFD,
+// and cannot forge lines or colours in a log.
 func (p *Problem) Error() string {
-	s := "httpmw: " + strconv.Itoa(p.Status) + " " + p.Title
+	if p == nil {
+		return "httpmw: <nil> *Problem"
+	}
+	s := "httpmw: " + strconv.Itoa(p.Status) + " " + printable(p.Title)
 	if p.Detail != "" {
-		s += ": " + p.Detail
+		s += ": " + printable(p.Detail)
+	}
+	return s
+}
+
+// printable returns s with every control or bidirectional-formatting
+// character (and invalid UTF-8) replaced by U+FFFD.
+func printable(s string) string {
+	clean := func(r rune) bool {
+		return r != utf8.RuneError && !unicode.IsControl(r) && !unicode.Is(unicode.Bidi_Control, r)
+	}
+	for _, r := range s {
+		if !clean(r) {
+			return strings.Map(func(r rune) rune {
+				if clean(r) {
+					return r
+				}
+				return utf8.RuneError
+			}, s)
+		}
 	}
 	return s
 }
@@ -83,24 +109,44 @@ func (p *Problem) Error() string {
 func (p *Problem) Unwrap() error { return p.Err }
 
 // WriteProblem writes p as an application/problem+json response with
-// status p.Status (500 if that is not a valid status code). It is the
-// default [Options.ErrorWriter]; custom writers may log and then call it.
+// status p.Status. A problem is an error: a Status outside 400–599 (or a
+// nil p) is written as a 500, in the status line and the body alike, and
+// the headers that would describe another representation
+// (Content-Encoding, ETag, Last-Modified, …) are removed. Call it before
+// anything of the response was written: once the status is out, no
+// refusal can replace it. It is the default [Options.ErrorWriter]; custom
+// writers may log and then call it.
 func WriteProblem(w http.ResponseWriter, p *Problem) {
-	status := p.Status
-	if status < 100 || status > 999 {
-		status = http.StatusInternalServerError
+	if p == nil {
+		p = &Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError)}
+	}
+	if p.Status < 400 || p.Status > 599 {
+		q := *p
+		q.Status = http.StatusInternalServerError
+		p = &q
 	}
 	body := p.appendJSON(make([]byte, 0, 256))
 	body = append(body, '\n')
 	// The keys are canonical already: assigning them skips Set's
 	// canonicalization, a measurable share of a refusal's cost.
 	h := w.Header()
+	for _, k := range representationHeaders {
+		if _, ok := h[k]; ok {
+			delete(h, k)
+		}
+	}
 	h["Content-Type"] = contentTypeValue
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	h["X-Content-Type-Options"] = nosniffValue
 	h["Cache-Control"] = noStoreValue
-	w.WriteHeader(status)
+	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// representationHeaders describe a response body other than the problem's.
+var representationHeaders = []string{
+	"Content-Encoding", "Content-Range", "Content-Language", "Content-Location",
+	"Content-Disposition", "Etag", "Last-Modified",
 }
 
 var (
@@ -206,7 +252,7 @@ func appendJSONString(b []byte, s string) []byte {
 // [Transport] returns the same [*token.StaleError].
 func WriteStale(w http.ResponseWriter, err error) bool {
 	var se *token.StaleError
-	if !errors.As(err, &se) {
+	if !errors.As(err, &se) || se == nil {
 		return false
 	}
 	WriteProblem(w, problemStale(se, err))
@@ -269,7 +315,7 @@ func problemForged(t token.Token, err error) *Problem {
 		Err:       err,
 	}
 	var fe *token.ForgedError
-	if errors.As(err, &fe) {
+	if errors.As(err, &fe) && fe != nil {
 		p.Bound = fe.Bound
 	}
 	return p

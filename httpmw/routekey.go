@@ -14,7 +14,8 @@ import (
 // route. So RouteKey("account:{id}", "/accounts/{id}/debit") maps
 // /accounts/7/debit to "account:7", and RouteKey("sku", "/sku/{sku}") maps
 // /sku/42 and /sku/%34%32 alike to "sku:42", as the server does. A request
-// that matches no pattern, or whose key the middleware would refuse
+// that matches no pattern (or sets URL.Opaque, whose path ServeMux does not
+// read), or whose key the middleware would refuse
 // (answering 404: a value the template's :int refuses, among others), maps
 // to no key, and the Transport sends it without the token — so a fenced
 // write to /accounts/01/debit is answered 428 (no token), where the same
@@ -76,6 +77,9 @@ func RouteKey(template string, patterns ...string) (func(*http.Request) (string,
 	return func(r *http.Request) (string, bool) {
 		// A shallow copy: ServeMux records its match in the request it
 		// serves, and a RoundTripper must not modify the caller's.
+		if r.URL == nil || r.URL.Opaque != "" {
+			return "", false // the path sent is not the one ServeMux would read
+		}
 		m := &routeMatch{}
 		r2 := r.WithContext(r.Context())
 		if r2.Host == "" && r2.URL != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/fenceguard/fenceguard/token"
@@ -57,9 +58,11 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 //     [ErrNoKey] and sends nothing, rather than send the token wherever
 //     the request goes.
 //
-// A [token.Header] header the caller set is sent as it is, whatever Key
-// says. Without a token in the context, the request goes out unchanged and
-// Key is not asked.
+// A [token.Header] header the caller set (under any spelling of its name)
+// is sent as it is, whatever Key says — except on a redirect to another
+// host, where it is dropped, as [http.Client] drops Authorization. Without
+// a token in the context, the request goes out unchanged and Key is not
+// asked.
 //
 // # Refusals
 //
@@ -82,8 +85,18 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 //   - [TypeKeyMismatch]: [ErrKeyMismatch]; [TypeUnavailable]:
 //     [ErrUnavailable].
 //
+// A stale or forged verdict is checked against the request: it counts
+// only if the request carried a token, and only if what the body says
+// does not contradict it (the token presented, a mark above it, a bound
+// below it, a resource key a server would echo). A stale verdict without
+// a mark gives a StaleError whose Current is 0: not told.
+//
 // Every other response — other problem types, a service's own, included —
-// is returned untouched. (Interpreting these responses departs on purpose
+// is returned untouched. To tell, the Transport reads up to 64 KiB of an
+// application/problem+json error body before returning (bounded by the
+// request's context); it recognises a refusal only in a body it can read:
+// not in the answer to a HEAD request, which has none (check its status),
+// nor in one compressed under an Accept-Encoding the caller set itself. (Interpreting these responses departs on purpose
 // from RoundTripper's advice; docs/design.md, "Client", says why.) Put
 // retrying transports inside it (as Base), not around it: a stale token
 // stays stale.
@@ -113,7 +126,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	sent, sentKey := token.Token(0), ""
-	if lockKey, tok, ok := token.FromContext(req.Context()); ok && !tok.IsZero() && len(req.Header[headerKey]) == 0 {
+	own := ownHeader(req.Header)
+	if own != "" && req.Response != nil && !sameHost(req.URL, req.Response.Request.URL) {
+		// A redirect to another host: http.Client copies the caller's
+		// headers to it, as it would not copy Authorization.
+		req = req.Clone(req.Context())
+		delete(req.Header, own)
+		own = ""
+	}
+	if lockKey, tok, ok := token.FromContext(req.Context()); ok && !tok.IsZero() && own == "" {
 		if t.Key == nil {
 			if req.Body != nil { // a RoundTripper closes the body, even on errors
 				_ = req.Body.Close()
@@ -133,8 +154,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode < 400 {
 		return resp, err
 	}
-	if sent == 0 { // the caller's own header
-		if vals := req.Header[headerKey]; len(vals) == 1 {
+	if own != "" { // the caller's own header
+		if vals := req.Header[own]; len(vals) == 1 {
 			sent, _ = token.Parse(vals[0])
 		}
 	}
@@ -142,6 +163,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, p
 	}
 	return resp, nil
+}
+
+// ownHeader returns the key under which the caller set the token header,
+// in any case, or "".
+func ownHeader(h http.Header) string {
+	if _, ok := h[headerKey]; ok {
+		return headerKey
+	}
+	for k := range h {
+		if strings.EqualFold(k, headerKey) {
+			return k
+		}
+	}
+	return ""
+}
+
+// sameHost reports whether a and b name the same host and port.
+func sameHost(a, b *url.URL) bool {
+	return a != nil && b != nil && strings.EqualFold(a.Host, b.Host)
 }
 
 // problemFrom returns the refusal a response carries as a *Problem whose
@@ -172,45 +212,52 @@ func problemFrom(resp *http.Response, sent token.Token, key string) *Problem {
 }
 
 // decodeProblem decodes a problem body of one of this package's types,
-// and returns nil for anything else.
+// and returns nil for anything else — among which a verdict on the token
+// that contradicts what the request sent.
 func decodeProblem(b []byte, sent token.Token, key string) *Problem {
-	var w struct {
-		Type      string          `json:"type"`
-		Title     string          `json:"title"`
-		Detail    string          `json:"detail"`
-		Resource  string          `json:"resource"`
-		Presented json.RawMessage `json:"presented"`
-		Current   json.RawMessage `json:"current"`
-		Bound     json.RawMessage `json:"bound"`
+	// Members by their exact names (encoding/json would match "TYPE" to
+	// a field named Type).
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return nil
 	}
-	if json.Unmarshal(b, &w) != nil || !strings.HasPrefix(w.Type, typeBase) {
+	var w struct{ Type, Title, Detail, Resource string }
+	for name, dst := range map[string]*string{"type": &w.Type, "title": &w.Title, "detail": &w.Detail, "resource": &w.Resource} {
+		if raw, ok := m[name]; ok && json.Unmarshal(raw, dst) != nil {
+			return nil
+		}
+	}
+	if !strings.HasPrefix(w.Type, typeBase) {
 		return nil
 	}
 	p := &Problem{Type: w.Type, Title: w.Title, Detail: w.Detail, Resource: w.Resource}
-	p.Presented, _ = wireToken(w.Presented)
-	p.Current, _ = wireToken(w.Current)
-	p.Bound, _ = wireToken(w.Bound)
-	presented, resource := p.Presented, p.Resource
-	if presented.IsZero() {
-		presented = sent
-	}
-	if resource == "" {
-		resource = key
-	}
+	var ok [3]bool
+	p.Presented, ok[0] = wireToken(m["presented"])
+	p.Current, ok[1] = wireToken(m["current"])
+	p.Bound, ok[2] = wireToken(m["bound"])
 	switch w.Type {
 	case TypeStale, TypeForged:
-		if sent == 0 {
-			return nil // a verdict on a token the request did not carry is none
+		// A verdict on the token sent: on a token the request did not
+		// carry, on another token, naming a resource no server would
+		// echo, or contradicting itself, it is none.
+		switch {
+		case sent == 0,
+			m["presented"] != nil && (!ok[0] || p.Presented != sent),
+			p.Resource != "" && echoKey(p.Resource) == "",
+			w.Type == TypeStale && m["current"] != nil && (!ok[1] || p.Current <= sent),
+			w.Type == TypeForged && m["bound"] != nil && (!ok[2] || p.Bound >= sent):
+			return nil
 		}
-		if w.Type == TypeStale && p.Current.IsZero() {
-			return nil // a stale refusal names the mark it is below
+		p.Presented = sent
+		if p.Resource == "" {
+			p.Resource = key
 		}
 	}
 	switch w.Type {
 	case TypeStale:
-		p.Err = &token.StaleError{Resource: resource, Presented: presented, Current: p.Current}
+		p.Err = &token.StaleError{Resource: p.Resource, Presented: p.Presented, Current: p.Current}
 	case TypeForged:
-		p.Err = &token.ForgedError{Resource: resource, Presented: presented, Bound: p.Bound}
+		p.Err = &token.ForgedError{Resource: p.Resource, Presented: p.Presented, Bound: p.Bound}
 	case TypeInvalid:
 		p.Err = token.ErrInvalid
 	case TypeMissing:

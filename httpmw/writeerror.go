@@ -30,10 +30,12 @@ var ErrKeyMismatch = errors.New("httpmw: the store's lock key is not the route's
 // enforcer (storage/postgres, a [token.Fence]) met by a handler behind the
 // middleware, so that a service writes no mapping of its own and the
 // client's [Transport] turns the answer back into an error matching the
-// same sentinel:
+// same sentinel. When err matches several, the first of these wins:
 //
+//   - [ErrKeyMismatch]: 500 [TypeKeyMismatch] (below).
 //   - [token.ErrStale] (a [*token.StaleError]): 409 [TypeStale], with the
-//     mark, as the middleware's own refusal.
+//     mark, as the middleware's own refusal (without it when err carries
+//     none).
 //   - [token.ErrCondition] (storage/postgres's ErrCondition): 409
 //     [TypeCondition]; the token was accepted, nothing was changed.
 //   - [token.ErrNotFound] (storage/postgres's ErrNoRow): 404
@@ -47,8 +49,7 @@ var ErrKeyMismatch = errors.New("httpmw: the store's lock key is not the route's
 //     for: 500 [TypeKeyMismatch] (fix the route's key template or the
 //     store's lock-key mapping, storage/postgres's TableOptions.LockKey).
 //     Without one, the request needed a token it did not carry: 428
-//     [TypeMissing]. An error wrapping [ErrKeyMismatch] is a 500
-//     [TypeKeyMismatch] too.
+//     [TypeMissing].
 //   - the store or the check could not be reached: a [net.Error], a
 //     context that ended ([context.DeadlineExceeded], or
 //     [context.Canceled] — the client left), an error that reports
@@ -60,7 +61,10 @@ var ErrKeyMismatch = errors.New("httpmw: the store's lock key is not the route's
 // returns the problem it wrote, err in its Err, for logging (a Status of
 // 500 or more is the server's failure, not the client's). Handle a
 // service's own errors (a sold-out item, a body it refuses) before calling
-// it. err must not be nil.
+// it, and call it before the handler wrote anything (see [WriteProblem]).
+// A nil err is a 500 like any unknown error; a nil *token.StaleError (or
+// *token.ForgedError) in err is answered as the sentinel it stands for,
+// without a mark (or bound).
 func WriteError(w http.ResponseWriter, r *http.Request, err error) *Problem {
 	p := errorProblem(r, err)
 	WriteProblem(w, p)
@@ -77,7 +81,9 @@ func errorProblem(r *http.Request, err error) *Problem {
 		_, t, _ = token.FromContext(r.Context())
 	}
 	switch {
-	case errors.As(err, &se):
+	case errors.Is(err, ErrKeyMismatch):
+		return problemKeyMismatch(err)
+	case errors.As(err, &se) && se != nil:
 		return problemStale(se, err)
 	case errors.Is(err, token.ErrStale):
 		return &Problem{Type: TypeStale, Title: titleStale, Status: http.StatusConflict, Detail: detailStale, Presented: t, Err: err}
@@ -106,14 +112,8 @@ func errorProblem(r *http.Request, err error) *Problem {
 			p.Detail = "the token is outside the range this resource's store accepts"
 		}
 		return p
-	case errors.Is(err, ErrKeyMismatch), errors.Is(err, token.ErrMissing) && !t.IsZero():
-		return &Problem{
-			Type:   TypeKeyMismatch,
-			Title:  "Fencing key mismatch",
-			Status: http.StatusInternalServerError,
-			Detail: "the server accessed another resource than the one the token was accepted for; nothing was changed",
-			Err:    err,
-		}
+	case errors.Is(err, token.ErrMissing) && !t.IsZero():
+		return problemKeyMismatch(err)
 	case errors.Is(err, token.ErrMissing):
 		p := problemMissing()
 		p.Err = err
@@ -131,6 +131,16 @@ func errorProblem(r *http.Request, err error) *Problem {
 		Type:   "about:blank",
 		Title:  http.StatusText(http.StatusInternalServerError),
 		Status: http.StatusInternalServerError,
+		Err:    err,
+	}
+}
+
+func problemKeyMismatch(err error) *Problem {
+	return &Problem{
+		Type:   TypeKeyMismatch,
+		Title:  "Fencing key mismatch",
+		Status: http.StatusInternalServerError,
+		Detail: "the server accessed another resource than the one the token was accepted for; nothing was changed",
 		Err:    err,
 	}
 }
