@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
@@ -26,8 +28,11 @@ func releaseDuringRenewal(t *testing.T, g *guard.Guard, srv *harness.Server, ttl
 	err = itest.ReturnsByDeadline(t, "Lease.Release during a renewal to a frozen service", 200*time.Millisecond, func() { srv.Resume() }, lease.Release)
 	if err == nil {
 		t.Error("Release on a frozen service succeeded")
-	} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, guard.ErrLost) {
-		t.Errorf("Release: %v, want the deadline or the loss", err)
+	} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, guard.ErrLost) && !errors.Is(err, zk.ErrConnectionClosed) {
+		// (The ZooKeeper client fails the requests in flight with
+		// ErrConnectionClosed when it gives up on the frozen server's
+		// connection, which on a busy machine can fall in the wait.)
+		t.Errorf("Release: %v, want the deadline, the loss or the connection given up", err)
 	}
 	itest.Resume(t, srv)
 }
