@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"slices"
 	"sync"
@@ -379,9 +378,14 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 		return nil, err
 	}
 	q := l.queue(key)
-	// A fresh name per grant, even with a reused lease: a waiter watching
-	// its predecessor by name must never mistake a later grant for it.
-	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x.%x", q, int64(id), rand.Uint64()),
+	// The key is named after the lease, as concurrency.Mutex names it, so
+	// a lock's queue holds one name per lease over its whole history, not
+	// one per grant: a deleted key stays in etcd's index until a
+	// compaction, and the range over the queue walks every name the index
+	// holds ("Bounded state" in docs/design.md). A lease serves one grant
+	// at a time, and goes back to the pool only once its grant's key is
+	// known deleted, so a deletion by this name never meets a later grant.
+	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x", q, int64(id)),
 		lost: make(chan struct{}), watchReady: make(chan struct{})}
 	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
 	var resp *clientv3.TxnResponse
@@ -424,8 +428,8 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 			l.putBack(id, ttl, deadline)
 			return nil, locks.ErrNotObtained
 		}
-		// Our key exists already: a previous grant with this lease was not
-		// cleaned up. Never reuse a key blindly; start afresh.
+		// Our key exists already: a grant with this lease was not cleaned
+		// up. Never reuse a key blindly; start afresh.
 		return nil, fmt.Errorf("etcdlock: key %q already exists", s.myKey)
 	}
 	s.rev = resp.Header.Revision
@@ -786,13 +790,12 @@ func (s *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// Release implements [locks.Lease]: deletes the grant's key. The key's
-// name is this grant's alone — made of the lease ID and 64 random bits,
-// and written only where no key of that name existed — so a late or
-// retried release never removes a newer grant, not even one made with the
-// same lease; a plain delete is then as safe as one guarded by the create
-// revision, and cheaper (a plain delete, no transaction). The lease is
-// kept for reuse.
+// Release implements [locks.Lease]: deletes the grant's key. The key is
+// named after the grant's lease, which serves no other grant until this
+// delete is known applied: only then is the lease kept for reuse. So a
+// late or retried release never removes a newer grant — one that failed
+// leaves the lease out of use — and a plain delete is as safe as one
+// guarded by the create revision, and cheaper (no transaction).
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

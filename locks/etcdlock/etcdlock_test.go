@@ -85,11 +85,11 @@ func conformance(t *testing.T, db func(testing.TB) *etcdserver.DB) {
 func TestConformanceEtcd34(t *testing.T) { conformance(t, etcdserver.Shared) }
 
 // A late or retried release of an old grant must not delete a newer grant
-// made with the same lease. (etcd's own Mutex names its key after the lease,
-// so a new grant on the same lease reuses the name, and deletes by name.)
-// Here every grant gets a fresh name, which its release deletes, and the
-// grant's ownership test — its key still there with its create revision —
-// must fail for the old grant even though its lease lives on.
+// made with the same lease under the same name (the known bug of etcd's own
+// Mutex, whose Unlock deletes by a name derived from a session's lease
+// while the session may hold the lock again): the lease goes back to the
+// pool only once its grant's key is known deleted, and a release that
+// failed leaves it out of use.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
@@ -109,29 +109,65 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 	if second.(*etcdlock.Lease).LeaseID() != first.(*etcdlock.Lease).LeaseID() {
 		t.Fatal("the second grant did not reuse the lease: the test would prove nothing")
 	}
-	// A retried release of the first grant, as a client retry would send it,
-	// built again from scratch so the local "released" flag is not what
-	// saves us — and deleting everything under the locker's prefix, so that
-	// an ownership test that held would take the second grant with it.
+	if second.(*etcdlock.Lease).OwnKey() != first.(*etcdlock.Lease).OwnKey() {
+		t.Fatal("two grants on one lease have two names: a hot key's queue grows with its grants")
+	}
+	// The first grant's ownership test fails for it, even though its
+	// lease and its name live on: deleting everything under the locker's
+	// prefix if it held would take the second grant with it.
 	resp, err := c.Txn(ctx).If(first.(*etcdlock.Lease).IsOwner()).Then(clientv3.OpDelete(d.Prefix, clientv3.WithPrefix())).Commit()
 	if err != nil || resp.Succeeded {
 		t.Fatalf("the first grant's ownership test still holds: %v %v", resp, err)
 	}
-	// Release deletes the grant's key by name: the first grant's name is
-	// not the second's, so a late release of the first deletes nothing.
-	if dr, err := c.Delete(ctx, first.(*etcdlock.Lease).OwnKey()); err != nil || dr.Deleted != 0 {
-		t.Fatalf("a late release of the first grant deleted %v keys (%v)", dr, err)
-	}
-	if second.(*etcdlock.Lease).OwnKey() == first.(*etcdlock.Lease).OwnKey() {
-		t.Fatal("two grants on one lease share a key name")
-	}
-	if second.Token() <= first.Token() {
-		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	if err := first.Release(ctx); err != nil { // a retried release sends nothing
+		t.Fatal(err)
 	}
 	if err := second.Renew(ctx); err != nil {
 		t.Fatalf("second grant lost: %v", err)
 	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	}
+	// A release that fails (here before it is sent) may still be applied
+	// later: its lease serves no later grant, so nothing can share the
+	// name a late delete would remove.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := second.Release(cctx); err == nil {
+		t.Fatal("Release on a cancelled context succeeded")
+	}
+	third, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err == nil {
+		defer third.Release(ctx)
+		if third.(*etcdlock.Lease).LeaseID() == second.(*etcdlock.Lease).LeaseID() {
+			t.Fatal("a lease whose release failed serves a later grant")
+		}
+	}
 	_ = second.Release(ctx)
+}
+
+// One locker acquiring and releasing one key many times writes its grants
+// under as many names as it used leases: the key's queue does not grow with
+// its history.
+func TestHotKeyReusesNames(t *testing.T) {
+	d := etcdserver.Shared(t)
+	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
+	ctx := ctxFor(t, time.Minute)
+	names, leases := map[string]bool{}, map[int64]bool{}
+	for range 50 {
+		g, err := l.Acquire(ctx, "hot", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[g.(*etcdlock.Lease).OwnKey()] = true
+		leases[int64(g.(*etcdlock.Lease).LeaseID())] = true
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(names) != len(leases) || len(names) > 2 {
+		t.Errorf("50 grants used %d names on %d leases; want one name per lease, and the lease reused", len(names), len(leases))
+	}
 }
 
 // The holder's connection is cut past its TTL: the guard cancels its lease
