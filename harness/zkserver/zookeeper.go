@@ -100,10 +100,35 @@ func startShared() (zkShared, string, error) {
 // out between 1 s and 60 s.
 func New(t testing.TB) *harness.Server {
 	t.Helper()
+	return NewWith(t, Options{})
+}
+
+// Options configure a server of a test's own ([NewWith]). Zero fields keep
+// ZooKeeper's defaults.
+type Options struct {
+	// ContainerCheck is how often the server deletes the container znodes
+	// that had children and have none left (znode.container.checkIntervalMs;
+	// ZooKeeper's default is a minute).
+	ContainerCheck time.Duration
+
+	// ContainerRate bounds the container znodes deleted per minute
+	// (znode.container.maxPerMinute; ZooKeeper's default is 10,000).
+	ContainerRate int
+}
+
+// NewWith is [New] with options.
+func NewWith(t testing.TB, o Options) *harness.Server {
+	t.Helper()
 	harness.RequireMain(t)
 	k := newZKKind()
 	if k == nil {
 		harness.SkipOrFail(t, harness.NoBinaryMessage("zkserver.New", "ZooKeeper (java and /usr/share/java/zookeeper.jar)", "zookeeper"))
+	}
+	if o.ContainerCheck > 0 {
+		k.props = append(k.props, fmt.Sprintf("-Dznode.container.checkIntervalMs=%d", max(o.ContainerCheck.Milliseconds(), 1)))
+	}
+	if o.ContainerRate > 0 {
+		k.props = append(k.props, fmt.Sprintf("-Dznode.container.maxPerMinute=%d", o.ContainerRate))
 	}
 	s, err := harness.Launch(k, "zookeeper", 1)
 	if err != nil {
@@ -121,6 +146,7 @@ const javaDir = "/usr/share/java"
 type zkKind struct {
 	java      string
 	classpath string
+	props     []string // -D flags for the JVM
 }
 
 func newZKKind() *zkKind {
@@ -175,15 +201,18 @@ log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] -
 }
 
 func (k *zkKind) Command(s *harness.Server) (*exec.Cmd, error) {
-	cmd := exec.Command(k.java,
+	args := []string{
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-XX:-UsePerfData", // no /tmp/hsperfdata_* file left by a killed JVM
-		"-Dlog4j.configuration=file:"+filepath.Join(s.Dir(), "log4j.properties"),
-		"-Dzookeeper.log.dir="+s.Dir(),
-		"-cp", k.classpath,
+		"-Dlog4j.configuration=file:" + filepath.Join(s.Dir(), "log4j.properties"),
+		"-Dzookeeper.log.dir=" + s.Dir(),
+	}
+	args = append(args, k.props...)
+	args = append(args, "-cp", k.classpath,
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain",
 		filepath.Join(s.Dir(), "zoo.cfg"),
 	)
+	cmd := exec.Command(k.java, args...)
 	cmd.Dir = s.Dir() // shows as user.dir in "envi": how probe recognises its server
 	return cmd, nil
 }

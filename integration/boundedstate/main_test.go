@@ -1,0 +1,9 @@
+package boundedstate
+
+import (
+	"testing"
+
+	"github.com/fenceguard/fenceguard/integration/internal/itest"
+)
+
+func TestMain(m *testing.M) { itest.Main(m) }
