@@ -7,8 +7,10 @@ package etcdlockbench_test
 // and the last tenth of its cycles (time and the servers' CPU) and the
 // state at its start and end: the live keys under the locker's prefix,
 // the server's revision (every revision is kept until a compaction, which
-// etcd's default configuration never runs), the database size, the fence_tokens rows and size, and this process's heap
-// and goroutines. Results and the command: docs/benchmarks.md, "Soak".
+// etcd's default configuration never runs), the database size, the
+// server's resident memory, the fence_tokens rows and size, and this
+// process's heap and goroutines. Results and the command:
+// docs/benchmarks.md, "Soak".
 //
 //	go test -run '^$' -bench DistinctKeys -benchtime 1000000x ./benchmarks/etcdlock
 
@@ -32,7 +34,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	l := newLocker(b, c, "/lock/")
 	pool, pgPID := pgbench.Pool(b)
 	f := postgres.NewFence(pool)
-	probes := []lockbench.Probe{etcdState(c, srv.Addr(), "/lock/"), lockbench.Postgres(pool, "fence_tokens"), lockbench.Client}
+	probes := []lockbench.Probe{etcdState(c, srv.Addr(), "/lock/"), lockbench.ServerRSS(srv.PID()), lockbench.Postgres(pool, "fence_tokens"), lockbench.Client}
 	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
 		key := lockbench.DistinctKey(i)
 		lease, err := l.Acquire(ctx, key, ttl)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -205,5 +206,32 @@ func Postgres(pool *pgxpool.Pool, table string) Probe {
 			return nil, err
 		}
 		return map[string]float64{"pg-rows": float64(rows), "pg-KiB": float64(size) / 1024}, nil
+	}
+}
+
+// ServerRSS reports the resident memory of the server processes, summed
+// (srv-RSS-MiB; Linux, from /proc; 0s are skipped).
+func ServerRSS(pids ...int) Probe {
+	return func(context.Context) (map[string]float64, error) {
+		var kib float64
+		for _, pid := range pids {
+			if pid == 0 {
+				continue
+			}
+			raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+			if err != nil {
+				return nil, err
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					n, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+					if err != nil {
+						return nil, err
+					}
+					kib += n
+				}
+			}
+		}
+		return map[string]float64{"srv-RSS-MiB": kib / 1024}, nil
 	}
 }
