@@ -1,11 +1,12 @@
 package zkserver
 
 import (
-	"github.com/go-zookeeper/zk"
-
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 func TestZooKeeperSharedChroots(t *testing.T) {
@@ -82,4 +83,33 @@ func TestZooKeeperFaults(t *testing.T) {
 	if err != nil || string(data) != "v" {
 		t.Fatalf("after Kill+Start(false) /kept = %q, %v; want v", data, err)
 	}
+}
+
+// With a short container check, an emptied container znode goes within
+// moments, where ZooKeeper's default check would keep it a minute.
+func TestNewWithContainerCheck(t *testing.T) {
+	t.Parallel()
+	s := NewWith(t, Options{ContainerCheck: 100 * time.Millisecond, ContainerRate: 1_000_000})
+	c := zkConn(t, []string{s.Addr()})
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.CreateContainer("/box", nil, zk.FlagContainer, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/box/item", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // checks that pass while it has a child keep it
+	if ok, _, err := c.Exists("/box"); err != nil || !ok {
+		t.Fatalf("container with a child: exists %v, %v", ok, err)
+	}
+	if err := c.Delete("/box/item", -1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the emptied container deleted", func() error {
+		ok, _, err := c.Exists("/box")
+		if err == nil && ok {
+			err = errors.New("still there")
+		}
+		return err
+	})
 }
