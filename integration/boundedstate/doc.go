@@ -5,6 +5,7 @@
 // locker's prefix — and the Locker's own goroutines and heap — must come
 // back to where they started, or stay within a documented idle window
 // (redislock's and redlock's token counters, which expire CounterIdle after
-// their last grant). The long soaks, with their numbers, are benchmarks
+// their last grant). Leases dropped without a release must leave nothing
+// either once they have run out. The long soaks, with their numbers, are benchmarks
 // (benchmarks/*, BenchmarkDistinctKeys).
 package boundedstate

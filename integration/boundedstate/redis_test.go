@@ -64,7 +64,7 @@ func checkIdleCounters(t *testing.T, nodes []*redis.Client, prefix string) {
 			}
 		}
 	}
-	t.Logf("%d counters live right after the last release", counters)
+	t.Logf("%d counters live at the first look", counters)
 	left := 0
 	itest.Eventually(counterIdle+10*time.Second, func() bool {
 		left = 0
