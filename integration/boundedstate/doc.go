@@ -6,6 +6,6 @@
 // back to where they started, or stay within a documented idle window
 // (redislock's and redlock's token counters, which expire CounterIdle after
 // their last grant). Leases dropped without a release must leave nothing
-// either once they have run out. The long soaks, with their numbers, are benchmarks
-// (benchmarks/*, BenchmarkDistinctKeys).
+// either once they have run out. The long soaks, with their numbers, are
+// benchmarks (benchmarks/*, BenchmarkDistinctKeys).
 package boundedstate
