@@ -51,7 +51,7 @@ func TestSequencerRefusesPlainReplica(t *testing.T) {
 // grant the replica never saw, every Sentinel client flavour either answers
 // the holder's token (routed to the master) or refuses with ErrReplica —
 // ReplicaOnly, and the Sentinel cluster client with RouteRandomly and
-// RouteByLatency (which send read-only commands to replicas).
+// ReadOnly (which send read-only commands to replicas).
 func TestSequencerSentinelReplicaRouting(t *testing.T) {
 	ctx := itest.Ctx(t, 30*time.Second)
 	s := redisserver.NewSentinel(t)
@@ -95,7 +95,9 @@ func TestSequencerSentinelReplicaRouting(t *testing.T) {
 		set  func(*redis.ClusterOptions)
 	}{
 		{"RouteRandomly", func(o *redis.ClusterOptions) { o.RouteRandomly = true }},
-		{"RouteByLatency", func(o *redis.ClusterOptions) { o.RouteByLatency = true }},
+		// Not RouteByLatency: go-redis v9.23.0 starts a new node's latency
+		// probe before it finishes setting up the node's client, a data
+		// race the race detector reports.
 		{"ReadOnly", func(o *redis.ClusterOptions) { o.ReadOnly = true }},
 	} {
 		o := &redis.ClusterOptions{ClusterSlots: slots, MaxRetries: -1}
