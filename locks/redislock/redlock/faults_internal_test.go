@@ -391,14 +391,24 @@ func TestFrozenWaiterResumesAfterAnotherAcquired(t *testing.T) {
 				t.Fatal(err)
 			}
 			close(gate)
-			// The resumed attempt's write-backs all fail: the nodes are X's.
+			// The resumed attempt's write-backs fail where the nodes are
+			// X's: X holds a majority, so at most a minority can still
+			// hold the waiter's expiring lock (a node whose lock was set
+			// last, on a busy machine) and accept its write-back.
 			var minted any
+			ours := 0
 			for range 5 {
 				c := <-writeBacks
-				if c.err != nil || c.reply != int64(0) {
-					t.Errorf("write-back on node %d after X acquired: %v, %v; want 0 (not ours)", c.node, c.reply, c.err)
+				if c.err != nil {
+					t.Errorf("write-back on node %d after X acquired: %v", c.node, c.err)
+				}
+				if c.reply != int64(0) {
+					ours++
 				}
 				minted = c.args[1]
+			}
+			if ours >= 3 {
+				t.Errorf("%d of 5 write-backs succeeded after X acquired: a majority", ours)
 			}
 			n.set(writeBackScript, func(int) *rule { return nil })
 			n.set(acquireScript, func(int) *rule { return nil }, 1, 2, 3, 4)
