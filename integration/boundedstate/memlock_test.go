@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks/memlock"
 )
 
@@ -20,10 +19,9 @@ func TestMemlockKeepsNoEntryOfReleasedLocks(t *testing.T) {
 }
 
 // A lease that runs out without a release leaves its key's entry until the
-// key is next used: keys granted once and abandoned (a holder that
-// panicked, a forgotten Release) stay for good.
+// Locker notices; keys granted once and abandoned (a holder that
+// panicked, a forgotten Release) go as other keys are used.
 func TestMemlockForgetsExpiredUnreleasedLeases(t *testing.T) {
-	itest.KnownDefect(t, "memlock keeps the entry of every key whose lease ran out unreleased until the key is used again")
 	l := memlock.New()
 	before := warmUp(t, l)
 	ctx := context.Background()
@@ -33,6 +31,6 @@ func TestMemlockForgetsExpiredUnreleasedLeases(t *testing.T) {
 		}
 	}
 	time.Sleep(10 * time.Millisecond) // every lease has run out
-	lockKeys(t, l, "key", warm)       // the Locker in use on other keys
+	lockKeys(t, l, "key", distinct)   // the Locker in use on other keys
 	checkProcess(t, l, before)
 }

@@ -75,6 +75,9 @@
 //
 // A key costs memory only while it is held or waited for; the entry is
 // deleted when the lock is released with nobody waiting, so idle keys do not
-// accumulate. (A lease that expires without a release keeps its entry until
-// the key is next used.)
+// accumulate. A lease that expires without a release keeps its entry until
+// the key is next used or a sweep finds it: every new entry first expires
+// the holders of two others, so that keys abandoned by their holders are
+// removed as other keys are used (at most about as many expired entries
+// stay as unexpired ones).
 package memlock

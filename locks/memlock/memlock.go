@@ -202,8 +202,8 @@ var _ token.Sequencer = (*Locker)(nil)
 // and below every later one, since one counter feeds every key. Waiters
 // have no token until they are handed the lock, so Current is never above
 // the holder's token. A holder whose lease ran out without a release still
-// counts until the key is next used; its token is below every later
-// grant's. It never fails and ignores ctx.
+// counts until the Locker notices the expiry (see [Lease.Lost]); its token
+// is below every later grant's. It never fails and ignores ctx.
 func (l *Locker) Current(_ context.Context, key string) (token.Token, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -261,18 +261,37 @@ func (l *Locker) TakeOver(key string, ttl time.Duration) (*Lease, error) {
 }
 
 // entryLocked returns key's entry, creating it, and first expires a holder
-// whose lease has run out.
+// whose lease has run out. Creating an entry first sweeps others.
 func (l *Locker) entryLocked(key string, now time.Time) *entry {
 	e := l.keys[key]
 	if e == nil {
 		if l.keys == nil {
 			l.keys = make(map[string]*entry)
 		}
+		l.sweepLocked(now)
 		e = &entry{}
 		l.keys[key] = e
 	}
 	l.expireLocked(key, e, now)
 	return e
+}
+
+// sweepPerEntry is how many entries each new entry sweeps.
+const sweepPerEntry = 2
+
+// sweepLocked expires the holders of a few entries, those Go's map
+// iteration starts with (a random place), so that keys whose leases ran
+// out unreleased and that nobody uses again do not stay for good. Each new
+// entry removes two expired ones in proportion to their share of the map,
+// so expired entries stay at most about as many as the unexpired ones.
+func (l *Locker) sweepLocked(now time.Time) {
+	n := 0
+	for key, e := range l.keys {
+		l.expireLocked(key, e, now)
+		if n++; n == sweepPerEntry {
+			return
+		}
+	}
 }
 
 func (l *Locker) expireLocked(key string, e *entry, now time.Time) {
@@ -370,7 +389,8 @@ var (
 // Lost implements [locks.LossNotifier]: the channel is closed when the
 // grant ends other than by its own Release — [Locker.Break], or its expiry
 // once the Locker notices it (another acquire of the key, a Renew or a
-// Release of this grant).
+// Release of this grant, or a sweep when another key's entry is created:
+// see "Memory" in the package doc).
 func (s *Lease) Lost() <-chan struct{} { return s.lost }
 
 // Key implements [locks.Lease].

@@ -3,6 +3,7 @@ package memlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"testing/synctest"
@@ -234,4 +235,37 @@ func TestGuardUnderSynctest(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Keys whose leases ran out unreleased and that nobody uses again go as
+// other keys are used: every new entry sweeps two others. Their Lost
+// channels close then.
+func TestAbandonedKeysSweptAsOtherKeysAreUsed(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	l := memlock.New()
+	memlock.SetClock(l, clk.Now)
+	const n = 1000
+	var abandoned []locks.Lease
+	for i := range n {
+		abandoned = append(abandoned, mustAcquire(t, l, fmt.Sprintf("abandoned-%d", i)))
+	}
+	clk.Advance(2 * time.Hour)
+	if got := memlock.Len(l); got != n {
+		t.Fatalf("%d entries before any sweep, want %d", got, n)
+	}
+	for i := range n / 2 {
+		lease := mustAcquire(t, l, fmt.Sprintf("other-%d", i))
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := memlock.Len(l); got != 0 {
+		t.Errorf("%d entries left after %d other keys were used, want 0", got, n/2)
+	}
+	for _, a := range abandoned {
+		if !isClosed(lostOf(t, a)) {
+			t.Fatalf("%s: Lost still open after its entry was swept", a.Key())
+		}
+	}
 }
