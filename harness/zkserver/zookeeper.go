@@ -114,6 +114,11 @@ type Options struct {
 	// ContainerRate bounds the container znodes deleted per minute
 	// (znode.container.maxPerMinute; ZooKeeper's default is 10,000).
 	ContainerRate int
+
+	// HeapMiB is the JVM's maximum heap in MiB (-Xmx); 0 is the harness's
+	// 256. ZooKeeper keeps every znode in memory: a test that creates
+	// hundreds of thousands needs more.
+	HeapMiB int
 }
 
 // NewWith is [New] with options.
@@ -126,6 +131,9 @@ func NewWith(t testing.TB, o Options) *harness.Server {
 	}
 	if o.ContainerCheck > 0 {
 		k.props = append(k.props, fmt.Sprintf("-Dznode.container.checkIntervalMs=%d", max(o.ContainerCheck.Milliseconds(), 1)))
+	}
+	if o.HeapMiB > 0 {
+		k.heap = fmt.Sprintf("-Xmx%dm", o.HeapMiB)
 	}
 	if o.ContainerRate > 0 {
 		k.props = append(k.props, fmt.Sprintf("-Dznode.container.maxPerMinute=%d", o.ContainerRate))
@@ -147,6 +155,7 @@ type zkKind struct {
 	java      string
 	classpath string
 	props     []string // -D flags for the JVM
+	heap      string   // -Xmx flag; "" is -Xmx256m
 }
 
 func newZKKind() *zkKind {
@@ -201,8 +210,12 @@ log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] -
 }
 
 func (k *zkKind) Command(s *harness.Server) (*exec.Cmd, error) {
+	heap := k.heap
+	if heap == "" {
+		heap = "-Xmx256m"
+	}
 	args := []string{
-		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-XX:-UsePerfData", // no /tmp/hsperfdata_* file left by a killed JVM
 		"-Dlog4j.configuration=file:" + filepath.Join(s.Dir(), "log4j.properties"),
 		"-Dzookeeper.log.dir=" + s.Dir(),
