@@ -223,11 +223,14 @@ func TestPooledLeaseRevokedIsNotHandedOut(t *testing.T) {
 // as long as its local deadline says, and its key is there.
 func checkLive(t *testing.T, ctx context.Context, c *clientv3.Client, e *etcdlock.Lease) {
 	t.Helper()
-	local := time.Until(e.Deadline())
 	tl, err := c.TimeToLive(ctx, e.LeaseID())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server's TTL (whole seconds, rounded down) was read some time
+	// during the call: only a local deadline beyond it as seen at the
+	// call's end shows the local deadline past the server's.
+	local := time.Until(e.Deadline())
 	if tl.TTL <= 0 || time.Duration(tl.TTL+1)*time.Second < local {
 		t.Fatalf("lease %x: server TTL %ds, local deadline in %v", e.LeaseID(), tl.TTL, local)
 	}
