@@ -406,13 +406,15 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	if err != nil {
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The transaction may have been applied though its reply was
-			// lost (ctx ended in flight, a connection cut): our key may be
-			// queueing. The lease is not reused — reused, it would be kept
-			// alive, and the key with it, blocking the lock for as long as
-			// the locker used the lease — so any such key goes at the
-			// lease's TTL at the latest; deleting it by its name (ours
-			// alone) frees the lock sooner.
-			l.cleanup.Run(ctx, func(ctx context.Context) { _, _ = l.c.Delete(ctx, s.myKey) })
+			// lost (ctx ended in flight, a connection cut), or may still be
+			// on its way: our key may be queueing, or may come. The lease
+			// is not reused — reused, it would be kept alive, and the key
+			// with it, blocking the lock for as long as the locker used
+			// the lease — so any such key goes at the lease's TTL at the
+			// latest; revoking the lease frees the lock sooner, and unlike
+			// a delete of the key it cannot be overtaken by the
+			// transaction: a put on a revoked lease fails.
+			l.cleanup.Run(ctx, func(ctx context.Context) { _, _ = l.c.Revoke(ctx, id) })
 		}
 		return nil, err
 	}
