@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceguard/fenceguard/harness"
@@ -45,7 +46,10 @@ func frozenRelease(t *testing.T, srvs []*harness.Server, l1, l2 locks.Locker, tt
 		t.Errorf("Release took %v with a 200ms deadline, servers frozen", took)
 	}
 	t.Logf("Release with the servers frozen: %v after %v", rerr, took)
-	if rerr == nil || !errors.Is(rerr, context.DeadlineExceeded) {
+	// (The ZooKeeper client fails the requests in flight with
+	// ErrConnectionClosed when it gives up on the frozen server's
+	// connection, which on a busy machine can fall within the wait.)
+	if rerr == nil || !errors.Is(rerr, context.DeadlineExceeded) && !errors.Is(rerr, zk.ErrConnectionClosed) {
 		t.Errorf("Release cut short by its deadline: err = %v, want it to match context.DeadlineExceeded", rerr)
 	}
 	select {
