@@ -35,18 +35,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
 	f := postgres.NewFence(pool)
 	probes := []lockbench.Probe{etcdState(c, srv.Addr(), "/lock/"), lockbench.ServerRSS(srv.PID()), lockbench.Postgres(pool, "fence_tokens"), lockbench.Client}
-	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
-		key := lockbench.DistinctKey(i)
-		lease, err := l.Acquire(ctx, key, ttl)
-		if err != nil {
-			return err
-		}
-		if err := f.Claim(ctx, key, lease.Token()); err != nil {
-			_ = lease.Release(ctx)
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, srv.PID(), pgPID)
+	lockbench.SoakKeys(b, lockbench.FencedCycle(l, ttl, f), probes, srv.PID(), pgPID)
 }
 
 // etcdState reports the live keys under prefix (lock-keys), the server's

@@ -8,7 +8,6 @@
 package memlockbench_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ const soakTTL = 10 * time.Second
 
 func BenchmarkHotKey(b *testing.B) {
 	l := memlock.New()
-	lockbench.SoakKeys(b, func(ctx context.Context, _ int) error {
-		lease, err := l.Acquire(ctx, "hot", soakTTL)
-		if err != nil {
-			return err
-		}
-		return lease.Release(ctx)
-	}, []lockbench.Probe{lockbench.Client})
+	lockbench.SoakKeys(b, lockbench.HotCycle(l, "hot", soakTTL), []lockbench.Probe{lockbench.Client})
 }
 
 // BenchmarkDistinctKeys: cycle i acquires key d<i>, claims resource d<i>
@@ -40,16 +33,5 @@ func BenchmarkHotKey(b *testing.B) {
 func BenchmarkDistinctKeys(b *testing.B) {
 	l := memlock.New()
 	var f token.MemoryFence
-	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
-		key := lockbench.DistinctKey(i)
-		lease, err := l.Acquire(ctx, key, soakTTL)
-		if err != nil {
-			return err
-		}
-		if err := f.Claim(ctx, key, lease.Token()); err != nil {
-			_ = lease.Release(ctx)
-			return err
-		}
-		return lease.Release(ctx)
-	}, []lockbench.Probe{lockbench.Client})
+	lockbench.SoakKeys(b, lockbench.FencedCycle(l, soakTTL, &f), []lockbench.Probe{lockbench.Client})
 }

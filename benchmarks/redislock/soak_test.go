@@ -38,13 +38,7 @@ func BenchmarkHotKey(b *testing.B) {
 	c := soakClient(b, srv.Addr())
 	l := newLocker(b, c, redislock.Options{Prefix: "lock:"})
 	probes := []lockbench.Probe{lockbench.Redis([]*redis.Client{c}, map[string]string{"lock": "lock:"}), lockbench.Client}
-	lockbench.SoakKeys(b, func(ctx context.Context, _ int) error {
-		lease, err := l.Acquire(ctx, "hot", soakTTL)
-		if err != nil {
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, srv.PID())
+	lockbench.SoakKeys(b, lockbench.HotCycle(l, "hot", soakTTL), probes, srv.PID())
 }
 
 // BenchmarkDistinctKeys: cycle i acquires key d<i>, claims the fence of
@@ -58,16 +52,5 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	l := newLocker(b, c, redislock.Options{Prefix: "lock:"})
 	f := redislock.NewFence(c, redislock.FenceOptions{Prefix: "fence:"})
 	probes := []lockbench.Probe{lockbench.Redis([]*redis.Client{c}, map[string]string{"lock": "lock:", "fence": "fence:"}), lockbench.Client}
-	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
-		key := lockbench.DistinctKey(i)
-		lease, err := l.Acquire(ctx, key, soakTTL)
-		if err != nil {
-			return err
-		}
-		if err := f.Claim(ctx, key, lease.Token()); err != nil {
-			_ = lease.Release(ctx)
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, srv.PID())
+	lockbench.SoakKeys(b, lockbench.FencedCycle(l, soakTTL, f), probes, srv.PID())
 }

@@ -12,7 +12,6 @@ package redlockbench_test
 //	go test -run '^$' -bench 'HotKey|DistinctKeys' -benchtime 1000000x ./benchmarks/redlock
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -46,13 +45,7 @@ func soakNodes(b *testing.B) ([]*redis.Client, *redlock.Locker, []int) {
 func BenchmarkHotKey(b *testing.B) {
 	cs, l, pids := soakNodes(b)
 	probes := []lockbench.Probe{lockbench.Redis(cs, map[string]string{"lock": "lock:"}), lockbench.Client}
-	lockbench.SoakKeys(b, func(ctx context.Context, _ int) error {
-		lease, err := l.Acquire(ctx, "hot", soakTTL)
-		if err != nil {
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, pids...)
+	lockbench.SoakKeys(b, lockbench.HotCycle(l, "hot", soakTTL), probes, pids...)
 }
 
 // BenchmarkDistinctKeys: cycle i acquires key d<i>, claims resource d<i>
@@ -65,16 +58,5 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
 	f := postgres.NewFence(pool)
 	probes := []lockbench.Probe{lockbench.Redis(cs, map[string]string{"lock": "lock:"}), lockbench.Postgres(pool, "fence_tokens"), lockbench.Client}
-	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
-		key := lockbench.DistinctKey(i)
-		lease, err := l.Acquire(ctx, key, soakTTL)
-		if err != nil {
-			return err
-		}
-		if err := f.Claim(ctx, key, lease.Token()); err != nil {
-			_ = lease.Release(ctx)
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, append(pids, pgPID)...)
+	lockbench.SoakKeys(b, lockbench.FencedCycle(l, soakTTL, f), probes, append(pids, pgPID)...)
 }

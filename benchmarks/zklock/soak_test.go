@@ -15,7 +15,6 @@ package zklockbench_test
 //	go test -run '^$' -bench 'HotKey|DistinctKeys' -benchtime 1000000x ./benchmarks/zklock
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -43,13 +42,7 @@ func soakServer(b *testing.B, o zkserver.Options) (*zklock.Locker, []lockbench.P
 
 func BenchmarkHotKey(b *testing.B) {
 	l, probes, pid := soakServer(b, zkserver.Options{})
-	lockbench.SoakKeys(b, func(ctx context.Context, _ int) error {
-		lease, err := l.Acquire(ctx, "hot", soakTTL)
-		if err != nil {
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, pid)
+	lockbench.SoakKeys(b, lockbench.HotCycle(l, "hot", soakTTL), probes, pid)
 }
 
 // BenchmarkDistinctKeys: cycle i acquires key d<i>, claims resource d<i>
@@ -63,16 +56,5 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	pool, pgPID := pgbench.Pool(b)
 	f := postgres.NewFence(pool)
 	probes = append(probes, lockbench.Postgres(pool, "fence_tokens"))
-	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
-		key := lockbench.DistinctKey(i)
-		lease, err := l.Acquire(ctx, key, soakTTL)
-		if err != nil {
-			return err
-		}
-		if err := f.Claim(ctx, key, lease.Token()); err != nil {
-			_ = lease.Release(ctx)
-			return err
-		}
-		return lease.Release(ctx)
-	}, probes, zkPID, pgPID)
+	lockbench.SoakKeys(b, lockbench.FencedCycle(l, soakTTL, f), probes, zkPID, pgPID)
 }
