@@ -44,12 +44,13 @@ var ErrNoKey = errors.New("httpmw: Transport.Key is nil: cannot tell whether the
 // another resource, it would claim that resource with a token its lock
 // never granted, and refuse that resource's honest holder. So when the
 // context carries a token ([token.FromContext]: a guard lease's context,
-// or the function context of guard.Do — the key and token of the
-// innermost lease), the Transport asks [Transport.Key] which lock key the
-// request's resource is guarded by:
+// or the function context of guard.Do or guard.DoAll), the Transport
+// asks [Transport.Key] which lock key the request's resource is guarded
+// by:
 //
-//   - the context's key: the request is sent with the [token.Header]
-//     header set, as a clone (the caller's request is never modified);
+//   - a key the context holds ([token.Lookup]): the request is sent with
+//     that key's token in the [token.Header] header, as a clone (the
+//     caller's request is never modified);
 //   - another key, or none (a request for something unfenced, another
 //     service, another resource): the request goes without the token, as a
 //     plain request — a fenced route then refuses it as it refuses any
@@ -141,13 +142,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, fmt.Errorf("%w (the context carries the token of %q)", ErrNoKey, lockKey)
 		}
-		if key, ok := t.Key(req); ok && key == lockKey {
-			req = req.Clone(req.Context())
-			if req.Header == nil {
-				req.Header = make(http.Header)
+		if key, ok := t.Key(req); ok {
+			if tok, held := token.Lookup(req.Context(), key); held {
+				req = req.Clone(req.Context())
+				if req.Header == nil {
+					req.Header = make(http.Header)
+				}
+				req.Header[headerKey] = []string{tok.String()}
+				sent, sentKey = tok, key
 			}
-			req.Header[headerKey] = []string{tok.String()}
-			sent, sentKey = tok, key
 		}
 	}
 	resp, err := base.RoundTrip(req)

@@ -400,3 +400,25 @@ func TestTransportTokenOnlyToItsResourceEndToEnd(t *testing.T) {
 		t.Errorf("B's own write: %d, %v, sku:42 at %d; want 204 at 2000", code, err, fence.HighWater("sku:42"))
 	}
 }
+
+// In a critical section over several keys each request carries the token
+// of the key it maps to, and a key not held gets none.
+func TestTransportSendsEachHeldKeysToken(t *testing.T) {
+	ctx := token.NewContext(token.NewContext(context.Background(), "sku:42", 1717), "sku:43", 1800)
+	for target, want := range map[string]string{
+		"http://inventory.test/sku/42": "1717",
+		"http://inventory.test/sku/43": "1800",
+		"http://inventory.test/sku/44": "",
+	} {
+		base := &fakeBase{status: http.StatusNoContent}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, target, nil)
+		resp, err := (&httpmw.Transport{Base: base, Key: skuKey}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := base.got.Header.Get(token.Header); got != want {
+			t.Errorf("%s sent token %q, want %q", target, got, want)
+		}
+	}
+}

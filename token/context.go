@@ -12,18 +12,30 @@ import (
 // there; resource-side middleware puts the resource key it derived and the
 // token it accepted.
 //
-// An enforcer given the zero token uses the context's token only for the
-// very key it was granted for; for another key it refuses the call with an
-// error wrapping [ErrMissing] that names both keys.
+// A context made from one that already carries tokens carries them all:
+// inside a critical section over several keys, or one nested in another,
+// ctx carries every key held around it. FromContext answers the innermost.
+//
+// An enforcer given the zero token uses the token ctx carries for the very
+// key it is fencing; when ctx carries none for that key it refuses the call
+// with an error wrapping [ErrMissing] that names the key.
 func NewContext(ctx context.Context, key string, t Token) context.Context {
 	return rule.NewContext(ctx, key, uint64(t))
 }
 
-// FromContext returns the key and token ctx carries, and whether it carries
-// one. A context without a token yields ("", 0, false).
+// FromContext returns the key and token ctx carries (the innermost, when it
+// carries several), and whether it carries one. A context without a token yields ("", 0, false).
 func FromContext(ctx context.Context) (key string, t Token, ok bool) {
 	k, v, ok := rule.FromContext(ctx)
 	return k, Token(v), ok
+}
+
+// Lookup returns the token ctx carries for key, and whether it carries
+// one: the token of key's lease when ctx is the context of a critical
+// section over key, alone or with other keys.
+func Lookup(ctx context.Context, key string) (Token, bool) {
+	v, ok := rule.Lookup(ctx, key)
+	return Token(v), ok
 }
 
 type expiryKey struct{}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -199,5 +200,44 @@ func TestContextKeepsParent(t *testing.T) {
 	<-child.Done() // cancellation still propagates through the token node
 	if ctx.Err() == nil {
 		t.Error("token context not cancelled with its parent")
+	}
+}
+
+func TestContextCarriesEveryHeldKey(t *testing.T) {
+	ctx := token.NewContext(context.Background(), "acct:1", 7)
+	ctx = token.NewContext(ctx, "acct:2", 9)
+	if k, tok, _ := token.FromContext(ctx); k != "acct:2" || tok != 9 {
+		t.Errorf("FromContext = %q %d, want the innermost, acct:2 9", k, tok)
+	}
+	for key, want := range map[string]token.Token{"acct:1": 7, "acct:2": 9} {
+		if got, err := enforce.Resolve(ctx, key, 0); err != nil || got != want {
+			t.Errorf("Resolve(%q, 0) = %d, %v; want %d", key, got, err, want)
+		}
+	}
+	if got, err := enforce.Resolve(ctx, "acct:1", 3); err != nil || got != 3 {
+		t.Errorf("an explicit token = %d, %v; want it kept", got, err)
+	}
+	_, err := enforce.Resolve(ctx, "acct:3", 0)
+	if !errors.Is(err, token.ErrMissing) || !strings.Contains(err.Error(), `"acct:3"`) {
+		t.Errorf("Resolve of a key not carried: %v, want ErrMissing naming it", err)
+	}
+	// A nested hold of the same key (re-entrancy) answers the inner token.
+	if got, _ := enforce.Resolve(token.NewContext(ctx, "acct:1", 8), "acct:1", 0); got != 8 {
+		t.Errorf("nested hold resolved %d, want the innermost, 8", got)
+	}
+}
+
+func TestLookupFindsEveryHeldKey(t *testing.T) {
+	ctx := token.NewContext(token.NewContext(context.Background(), "a", 1), "b", 2)
+	for key, want := range map[string]token.Token{"a": 1, "b": 2} {
+		if got, ok := token.Lookup(ctx, key); !ok || got != want {
+			t.Errorf("Lookup(%q) = %d, %v; want %d", key, got, ok, want)
+		}
+	}
+	if got, ok := token.Lookup(ctx, "c"); ok || got != 0 {
+		t.Errorf("Lookup of a key not held = %d, %v", got, ok)
+	}
+	if _, ok := token.Lookup(context.Background(), "a"); ok {
+		t.Error("Lookup found a token in a context without one")
 	}
 }

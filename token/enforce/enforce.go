@@ -33,11 +33,11 @@ import (
 
 // Resolve is the one rule by which an enforcer takes a token from the
 // context. A non-zero t is returned as is. For the zero token it returns
-// the context's token when the context carries it for key itself, and 0
-// when the context carries none (the enforcer then refuses it as missing,
-// through [Admit]). A context token granted for another key is never used:
-// Resolve returns an error wrapping [token.ErrMissing] that names both
-// keys.
+// the token the context carries for key itself ([token.Lookup]), and 0
+// when the context carries none at all (the enforcer then refuses it as
+// missing, through [Admit]). A context token granted for another key is
+// never used: when the context carries tokens but none for key, Resolve
+// returns an error wrapping [token.ErrMissing] that names both keys.
 func Resolve(ctx context.Context, key string, t token.Token) (token.Token, error) {
 	v, err := rule.Resolve(ctx, key, uint64(t))
 	return token.Token(v), err

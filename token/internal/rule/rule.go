@@ -56,10 +56,13 @@ type ctxKey struct{}
 
 // tokenCtx carries a key and its token in one context node: one allocation
 // where context.WithValue would take two (the node and the boxed value).
+// A node made from a context that already carries a token keeps the outer
+// node too, so a context carries the tokens of every key held around it.
 type tokenCtx struct {
 	context.Context
-	key string
-	t   uint64
+	key   string
+	t     uint64
+	outer *tokenCtx
 }
 
 func (c *tokenCtx) Value(k any) any {
@@ -69,9 +72,11 @@ func (c *tokenCtx) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-// NewContext returns a copy of ctx carrying key and t.
+// NewContext returns a copy of ctx carrying key and t, besides the tokens
+// ctx already carries.
 func NewContext(ctx context.Context, key string, t uint64) context.Context {
-	return &tokenCtx{Context: ctx, key: key, t: t}
+	outer, _ := ctx.Value(ctxKey{}).(*tokenCtx)
+	return &tokenCtx{Context: ctx, key: key, t: t, outer: outer}
 }
 
 // FromContext returns the key and token ctx carries.
@@ -83,20 +88,37 @@ func FromContext(ctx context.Context) (key string, t uint64, ok bool) {
 	return c.key, c.t, true
 }
 
-// Resolve returns t, or for the zero token the context's token when the
-// context carries it for key itself; a context token of another key is
-// refused with an error wrapping ErrMissing that names both keys.
+// Lookup returns the token ctx carries for key (the innermost, when it
+// carries several for key).
+func Lookup(ctx context.Context, key string) (uint64, bool) {
+	for c, _ := ctx.Value(ctxKey{}).(*tokenCtx); c != nil; c = c.outer {
+		if c.key == key && c.t != 0 {
+			return c.t, true
+		}
+	}
+	return 0, false
+}
+
+// Resolve returns t, or for the zero token the token ctx carries for key
+// itself (the innermost, when it carries several for key). A context that
+// carries tokens, none of them for key, is refused with an error wrapping
+// ErrMissing that names key and the innermost key it carries.
 func Resolve(ctx context.Context, key string, t uint64) (uint64, error) {
 	if t != 0 {
 		return t, nil
 	}
-	ck, ct, ok := FromContext(ctx)
-	switch {
-	case !ok || ct == 0:
-		return 0, nil
-	case ck == key:
-		return ct, nil
-	default:
-		return 0, fmt.Errorf("%w for %q: the context carries the token of %q, another key (pass the token explicitly, or fence the key it was granted for)", ErrMissing, key, ck)
+	var other *tokenCtx
+	for c, _ := ctx.Value(ctxKey{}).(*tokenCtx); c != nil; c = c.outer {
+		switch {
+		case c.t == 0:
+		case c.key == key:
+			return c.t, nil
+		case other == nil:
+			other = c
+		}
 	}
+	if other == nil {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w for %q: the context carries the token of %q, another key (pass the token explicitly, or fence the key it was granted for)", ErrMissing, key, other.key)
 }
