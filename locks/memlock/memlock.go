@@ -263,16 +263,20 @@ func (l *Locker) TakeOver(key string, ttl time.Duration) (*Lease, error) {
 // entryLocked returns key's entry, creating it, and first expires a holder
 // whose lease has run out. Creating an entry first sweeps others.
 func (l *Locker) entryLocked(key string, now time.Time) *entry {
-	e := l.keys[key]
-	if e == nil {
-		if l.keys == nil {
-			l.keys = make(map[string]*entry)
+	if e := l.keys[key]; e != nil {
+		l.expireLocked(key, e, now)
+		if l.keys[key] == e {
+			return e
 		}
-		l.sweepLocked(now)
-		e = &entry{}
-		l.keys[key] = e
+		// The expiry left it idle and dropped it from the map: a grant
+		// made in it would not be found by the next acquire.
 	}
-	l.expireLocked(key, e, now)
+	if l.keys == nil {
+		l.keys = make(map[string]*entry)
+	}
+	l.sweepLocked(now)
+	e := &entry{}
+	l.keys[key] = e
 	return e
 }
 

@@ -2,6 +2,7 @@ package memlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -44,6 +45,35 @@ func TestRestartedLockerIssuesLargerTokens(t *testing.T) {
 			}
 		}
 		time.Sleep(50 * time.Microsecond) // the restart takes some time
+	}
+}
+
+// A key whose lease ran out unreleased, with nobody waiting, is granted to
+// one acquirer at a time, whichever call notices the expiry first.
+func TestExpiredKeyIsGrantedToOneHolder(t *testing.T) {
+	ctx := context.Background()
+	l := memlock.New()
+	for _, first := range []string{"TryAcquire", "Acquire"} {
+		if _, err := l.Acquire(ctx, "k", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		var a locks.Lease
+		var err error
+		if first == "TryAcquire" {
+			a, err = l.TryAcquire(ctx, "k", time.Minute)
+		} else {
+			a, err = l.Acquire(ctx, "k", time.Minute)
+		}
+		if err != nil {
+			t.Fatalf("%s after the expiry: %v", first, err)
+		}
+		if b, err := l.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, locks.ErrNotObtained) {
+			t.Fatalf("%s after the expiry, then TryAcquire: %v, token %v; want ErrNotObtained", first, err, b)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatalf("Release of the grant after the expiry: %v", err)
+		}
 	}
 }
 
