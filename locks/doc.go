@@ -24,6 +24,23 @@
 // idempotent. Most users do not call Renew themselves: package guard keeps
 // leases alive and cancels a context when one is lost.
 //
+// # Lock-delay
+//
+// Where the resource cannot check a token (a third-party API, a file on a
+// network share, a legacy service), every locker offers a lock-delay, as
+// Chubby and Consul do (an option named LockDelay): a grant that ends
+// without a Release — its lease expired, its session was lost, its
+// renewal refused — keeps the lock from everyone else for the delay past
+// the lease's [Lease.Deadline]; a Release frees it at once. A holder paused
+// past its lease that resumes within the delay therefore acts before
+// anyone else is granted the lock. That is protection bounded by the
+// delay, on the lock service's clock rate, and nothing more: a longer pause
+// overlaps the next holder as without it. It does not replace a token
+// where the resource can check one. Within the delay the lock service may
+// still accept the old grant's Renew or Release (nobody else holds the
+// lock then). Tokens and TTLs are unchanged: [Lease.TTL] and
+// [Lease.Deadline] count the TTL alone.
+//
 // # Deadlines, minimum TTLs, what is underneath
 //
 // Every call returns by its context's deadline, also with the lock service

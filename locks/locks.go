@@ -134,6 +134,21 @@ func CheckArgs(key string, ttl, minTTL time.Duration) error {
 	return nil
 }
 
+// MaxLockDelay is the longest lock-delay a locker accepts. A longer one
+// would keep a key unusable for over an hour after every holder that
+// vanished: more likely a unit mistake than a choice.
+const MaxLockDelay = time.Hour
+
+// CheckLockDelay validates a locker's lock-delay option (see "Lock-delay"
+// in the package doc): 0 (no delay) up to [MaxLockDelay]. Lockers call it
+// when they are built.
+func CheckLockDelay(d time.Duration) error {
+	if d < 0 || d > MaxLockDelay {
+		return fmt.Errorf("%w: lock-delay %v is outside [0, %v]", ErrInvalidArgument, d, MaxLockDelay)
+	}
+	return nil
+}
+
 // NotHeldError returns an error wrapping ErrNotHeld that names the lease,
 // for backends' Renew and Release.
 func NotHeldError(op, key string, t token.Token) error {

@@ -15,8 +15,10 @@
 // checks that the backend's [token.Sequencer] answers the current grant's
 // token; with [Config.Unreachable] and [Config.Blackholed], that every call
 // returns by its context's deadline while the lock service is unreachable
-// or answers nothing. Each subtest uses keys of its own, so lockers may
-// share one server with other tests. Subtests run one after another:
+// or answers nothing; with [Config.LockDelay], that a lease that ends
+// unreleased keeps the lock from others for the delay and a release does
+// not. Each subtest uses keys of its own, so lockers may share one server
+// with other tests. Subtests run one after another:
 // several measure latency and must not compete for the CPU.
 package lockstest
 
@@ -83,6 +85,11 @@ type Config struct {
 	// must be one whose calls its context bounds (go-redis:
 	// ContextTimeoutEnabled). When nil, that subtest is skipped.
 	Blackholed func(t *testing.T) (l locks.Locker, blackhole func())
+
+	// LockDelay returns a locker built with a lock-delay, and that delay
+	// (a few ShortTTLs suit: the LockDelay subtests wait it out several
+	// times). When nil, the LockDelay subtest is skipped.
+	LockDelay func(t *testing.T) (l locks.Locker, delay time.Duration)
 }
 
 // Bounds the suite asserts. They are generous on purpose: the benchmarks
@@ -150,6 +157,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Sequencer", s.sequencer},
 		{"Unreachable", func(t *testing.T) { s.unreachable(t, "Unreachable", s.cfg.Unreachable, false) }},
 		{"Blackholed", func(t *testing.T) { s.unreachable(t, "Blackholed", s.cfg.Blackholed, true) }},
+		{"LockDelay", s.lockDelay},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

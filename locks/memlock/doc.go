@@ -45,6 +45,17 @@
 // scheduled only after the grant handed to it ran out queues again rather
 // than return it, so no hand-over makes a second holder.
 //
+// # Lock-delay
+//
+// A Locker built by [NewWithOptions] with [Options].LockDelay keeps a key
+// whose lease expired unreleased from every other acquirer — waiters
+// already queued included — for the delay past the lease's Deadline; a
+// Release hands it over at once, and the waiters still wake by the
+// hand-over or the expiry, in their order. Within the delay the expired
+// grant is still the holder: its Renew and Release succeed. Break and
+// TakeOver, a test's hand on the lock, ignore the delay. What the delay
+// buys and what it does not: package locks, "Lock-delay".
+//
 // # Testing
 //
 // A Locker, a guard.Guard over it and a [token.MemoryFence] let a unit

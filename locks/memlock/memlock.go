@@ -24,6 +24,8 @@ const maxToken = token.MaxInt64
 // Locker is an in-process [locks.Locker]. The zero value is ready to use; a
 // Locker must not be copied after first use.
 type Locker struct {
+	delay time.Duration // the lock-delay; see NewWithOptions
+
 	mu   sync.Mutex
 	keys map[string]*entry // guarded by mu; present while held or waited for
 	last token.Token       // guarded by mu; the last token issued
@@ -57,7 +59,7 @@ func (l *Locker) runHook(ctx context.Context, at string) {
 // entry is one key's state.
 type entry struct {
 	holder  *Lease    // nil while the lock is being handed over
-	expires time.Time // holder's expiry, on the monotonic clock
+	expires time.Time // holder's expiry, lock-delay included, on the monotonic clock
 	queue   []*waiter // FIFO
 }
 
@@ -81,6 +83,26 @@ func (l *Locker) MinTTL() time.Duration { return MinTTL }
 
 // New returns an empty Locker. It is equivalent to new(Locker).
 func New() *Locker { return new(Locker) }
+
+// Options configure a Locker built by [NewWithOptions]. The zero value is
+// what [New] builds.
+type Options struct {
+	// LockDelay keeps a key from every other acquirer for this long past
+	// the Deadline of a lease that ended without a Release (it expired);
+	// a Release hands the lock over at once. [Locker.Break] and
+	// [Locker.TakeOver] ignore it. 0, the default: no delay. At most
+	// [locks.MaxLockDelay]. See "Lock-delay" in the package doc.
+	LockDelay time.Duration
+}
+
+// NewWithOptions returns an empty Locker configured by o. It fails with an
+// error wrapping [locks.ErrInvalidArgument] when an option is out of range.
+func NewWithOptions(o Options) (*Locker, error) {
+	if err := locks.CheckLockDelay(o.LockDelay); err != nil {
+		return nil, fmt.Errorf("memlock: %w", err)
+	}
+	return &Locker{delay: o.LockDelay}, nil
+}
 
 // TryAcquire implements [locks.Locker]. It fails with [locks.ErrNotObtained]
 // while the lock is held or others wait for it.
@@ -365,8 +387,8 @@ func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) (*Lease, e
 	l.last = max(l.last+1, floor)
 	lease := &Lease{l: l, key: key, tok: l.last, ttl: ttl, e: e, lost: make(chan struct{})}
 	e.holder = lease
-	e.expires = now.Add(ttl)
-	lease.deadline = e.expires
+	lease.deadline = now.Add(ttl)
+	e.expires = lease.deadline.Add(l.delay)
 	return lease, nil
 }
 
@@ -392,9 +414,10 @@ var (
 
 // Lost implements [locks.LossNotifier]: the channel is closed when the
 // grant ends other than by its own Release — [Locker.Break], or its expiry
-// once the Locker notices it (another acquire of the key, a Renew or a
-// Release of this grant, or a sweep when another key's entry is created:
-// see "Memory" in the package doc).
+// (the lock-delay past its Deadline, if any) once the Locker notices it
+// (another acquire of the key, a Renew or a Release of this grant, or a
+// sweep when another key's entry is created: see "Memory" in the package
+// doc).
 func (s *Lease) Lost() <-chan struct{} { return s.lost }
 
 // Key implements [locks.Lease].
@@ -434,8 +457,8 @@ func (s *Lease) Renew(ctx context.Context) error {
 	if s.released || !s.heldLocked(now) {
 		return locks.NotHeldError("renew", s.key, s.tok)
 	}
-	s.e.expires = now.Add(s.ttl)
-	s.deadline = s.e.expires
+	s.deadline = now.Add(s.ttl)
+	s.e.expires = s.deadline.Add(s.l.delay)
 	return nil
 }
 

@@ -21,6 +21,14 @@ func TestConformance(t *testing.T) {
 	lockstest.Run(t, lockstest.Config{
 		NewLocker:    func(*testing.T) locks.Locker { return memlock.New() },
 		NewSequencer: func(_ *testing.T, l locks.Locker) token.Sequencer { return l.(*memlock.Locker) },
+		LockDelay: func(t *testing.T) (locks.Locker, time.Duration) {
+			const delay = 600 * time.Millisecond
+			l, err := memlock.NewWithOptions(memlock.Options{LockDelay: delay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, delay
+		},
 	})
 }
 
@@ -117,5 +125,16 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
+	for _, d := range []time.Duration{-time.Nanosecond, locks.MaxLockDelay + time.Nanosecond} {
+		if _, err := memlock.NewWithOptions(memlock.Options{LockDelay: d}); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("LockDelay %v: %v, want ErrInvalidArgument", d, err)
+		}
+	}
+	if _, err := memlock.NewWithOptions(memlock.Options{LockDelay: locks.MaxLockDelay}); err != nil {
+		t.Errorf("LockDelay %v: %v", locks.MaxLockDelay, err)
 	}
 }
