@@ -246,3 +246,48 @@ func TestAbandonWithExpiredGrantKeepsHolder(t *testing.T) {
 		t.Errorf("%d keys left", n)
 	}
 }
+
+// A waiter times the expiry of whoever holds the lock now: after a release
+// hands the lock to a waiter with a short lease, the next waiter takes
+// over when that lease runs out, not when the first holder's would have.
+func TestWaiterTimesTheExpiryOfTheHandedOverGrant(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := memlock.New()
+	holder, err := l.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := make(chan locks.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, "k", 100*time.Millisecond)
+		if err != nil {
+			t.Error(err)
+		}
+		short <- lease
+	}()
+	time.Sleep(50 * time.Millisecond) // let it queue first; nothing to observe
+	next := make(chan time.Time, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, "k", time.Minute)
+		if err != nil {
+			t.Error(err)
+			next <- time.Time{}
+			return
+		}
+		next <- time.Now()
+		_ = lease.Release(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-short
+	if w == nil {
+		t.FailNow()
+	}
+	at := <-next
+	if late := at.Sub(w.Deadline()); late > time.Second {
+		t.Errorf("next waiter granted %v after the handed-over lease ran out", late)
+	}
+}

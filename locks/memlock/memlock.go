@@ -61,6 +61,10 @@ type entry struct {
 	holder  *Lease    // nil while the lock is being handed over
 	expires time.Time // holder's expiry, lock-delay included, on the monotonic clock
 	queue   []*waiter // FIFO
+	// regrant is closed when the lock is granted again, so that waiters
+	// timing the holder's expiry time the new holder's; made by the first
+	// waiter that needs it.
+	regrant chan struct{}
 }
 
 type waiter struct {
@@ -144,9 +148,14 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		// Wake when the holder's lease would expire, to take over from it.
+		// Wake when the holder's lease would expire, to take over from it,
+		// and time it again when someone else is granted the lock.
 		l.mu.Lock()
 		wait := e.expires.Sub(l.now())
+		if e.regrant == nil {
+			e.regrant = make(chan struct{})
+		}
+		regrant := e.regrant
 		l.mu.Unlock()
 		timer.Reset(max(wait, 0))
 		l.runHook(ctx, waitHook)
@@ -177,6 +186,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 			l.mu.Lock()
 			l.expireLocked(key, e, l.now())
 			l.mu.Unlock()
+		case <-regrant:
 		case <-ctx.Done():
 			l.abandon(key, e, w)
 			return nil, ctx.Err()
@@ -389,6 +399,10 @@ func (l *Locker) grantLocked(key string, e *entry, ttl time.Duration) (*Lease, e
 	e.holder = lease
 	lease.deadline = now.Add(ttl)
 	e.expires = lease.deadline.Add(l.delay)
+	if e.regrant != nil {
+		close(e.regrant)
+		e.regrant = nil
+	}
 	return lease, nil
 }
 
