@@ -25,6 +25,7 @@ func (s *suite) lockDelay(t *testing.T) {
 	}
 	t.Run("ExpiryWithholdsTheLock", s.delayExpiry)
 	t.Run("ReleaseGrantsAtOnce", s.delayRelease)
+	t.Run("HandedOverGrantExpiry", s.delayHandedOver)
 	t.Run("UnclaimedExpiry", s.delayUnclaimed)
 }
 
@@ -151,6 +152,42 @@ func (s *suite) delayRelease(t *testing.T) {
 		}
 		mustRelease(t, ctx, after)
 	}
+}
+
+// A grant a release handed to a waiter carries the delay too: when it runs
+// out unreleased, the next waiter is held off until its Deadline plus the
+// delay.
+func (s *suite) delayHandedOver(t *testing.T) {
+	l, delay := s.delayLocker(t)
+	ctx, k, ttl := ctxFor(t, time.Minute), key(t, "k"), s.cfg.ShortTTL
+	holder := mustAcquire(t, ctx, l, k, s.cfg.LongTTL)
+	handed := acquireAsync(ctx, l, k, ttl)
+	time.Sleep(100 * time.Millisecond) // let it queue first; nothing to observe
+	next := acquireAsync(ctx, l, k, s.cfg.LongTTL)
+	time.Sleep(100 * time.Millisecond)
+	mustRelease(t, ctx, holder)
+	w := <-handed
+	if w.err != nil {
+		t.Fatalf("first waiter: %v", w.err)
+	}
+	bound := w.lease.Deadline().Add(delay)
+	sched := schedDelay(time.Until(bound))
+	r := <-next
+	if r.err != nil {
+		t.Fatalf("second waiter: %v", r.err)
+	}
+	if r.at.Before(bound) {
+		t.Errorf("second waiter granted %v before the first one's Deadline plus the delay %v", bound.Sub(r.at), delay)
+	}
+	if late := r.at.Sub(bound); late > LockDelaySlack {
+		if allowed := LockDelaySlack + sched(); late > allowed {
+			t.Errorf("second waiter granted %v after the delay ended, want under %v", late, allowed)
+		}
+	}
+	if r.lease.Token() <= w.lease.Token() {
+		t.Errorf("token %d after %d", r.lease.Token(), w.lease.Token())
+	}
+	mustRelease(t, ctx, r.lease)
 }
 
 // A lease left to run out with nobody waiting: held through the delay,
