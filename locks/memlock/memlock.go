@@ -147,6 +147,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	retimed := false // the wait goes on, timed for a new holder
 	for {
 		// Wake when the holder's lease would expire, to take over from it,
 		// and time it again when someone else is granted the lock.
@@ -158,7 +159,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		regrant := e.regrant
 		l.mu.Unlock()
 		timer.Reset(max(wait, 0))
-		l.runHook(ctx, waitHook)
+		if !retimed {
+			l.runHook(ctx, waitHook)
+		}
+		retimed = false
 		select {
 		case g := <-w.granted:
 			l.runHook(ctx, grantHook)
@@ -187,6 +191,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 			l.expireLocked(key, e, l.now())
 			l.mu.Unlock()
 		case <-regrant:
+			retimed = true
 		case <-ctx.Done():
 			l.abandon(key, e, w)
 			return nil, ctx.Err()
