@@ -51,6 +51,27 @@
 // to fn) returns a nested hold of the same lease and token instead of
 // deadlocking. Only the outermost release releases the lock.
 //
+// # Several keys
+//
+// [Guard.DoAll] and [Guard.AcquireAll] hold several keys in one critical
+// section — a transfer between two accounts, an order over three SKUs:
+//
+//	err = g.DoAll(ctx, []string{"acct:1", "acct:2"}, func(ctx context.Context, t map[string]token.Token) error {
+//		if err := debit(ctx, "acct:1", t["acct:1"]); err != nil {
+//			return err
+//		}
+//		return credit(ctx, "acct:2", t["acct:2"])
+//	})
+//
+// The keys are taken one by one in sorted order, whatever order they are
+// named in, so sets that overlap never deadlock. Each key keeps its own
+// lease, keep-alive and token: a token is meaningful only with its key, so
+// each resource gets its own key's token (fn's context carries them all,
+// [token.Lookup]). The context is cancelled when any lease is lost, the
+// cause naming the key. A failure or cancellation half-way releases what
+// was taken. Keys held by an enclosing section are nested holds, as with
+// Acquire.
+//
 // # Deadlines and errors
 //
 // Acquire, TryAcquire, Release and Do return by their context's deadline,

@@ -280,9 +280,22 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	if err != nil {
 		return err
 	}
+	return g.run(ctx, lease.Context(),
+		func(c context.Context) context.Context {
+			c = context.WithValue(token.NewContext(c, key, lease.Token()), holdKey{g, key}, lease.h)
+			return token.WithExpiry(c, lease.h.expiry)
+		},
+		func() error { return g.release(ctx, lease) },
+		func(fctx context.Context) error { return fn(fctx, lease.Token()) })
+}
+
+// run is the body of Do and DoAll: it runs fn on a context made from ctx
+// by with, cancelled with lost's cause when lost ends, then calls release,
+// also when fn panics, and joins its error to fn's.
+func (g *Guard) run(ctx, lost context.Context, with func(context.Context) context.Context, release func() error, fn func(context.Context) error) (err error) {
 	fnErr := errFnPending
 	defer func() {
-		rerr := g.release(ctx, lease)
+		rerr := release()
 		if rerr != nil && errors.Is(rerr, ErrLost) && fnErr == nil {
 			rerr = &mayHaveTakenEffect{rerr}
 		}
@@ -290,11 +303,9 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	}()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
 	defer stop()
-	fctx = context.WithValue(token.NewContext(fctx, key, lease.Token()), holdKey{g, key}, lease.h)
-	fctx = token.WithExpiry(fctx, lease.h.expiry)
-	fnErr = fn(fctx, lease.Token())
+	fnErr = fn(with(fctx))
 	return fnErr
 }
 

@@ -10,8 +10,11 @@
 // The suite checks mutual exclusion, a single winner among concurrent
 // try-acquires, strictly increasing tokens, what happens to a lease that
 // expired behind its holder's back, wake-up on release, prompt and clean
-// cancellation, independence of keys, and an acquire after the locker's
-// Close failing with [locks.ErrClosed]. With [Config.NewSequencer] it
+// cancellation, independence of keys, an acquire after the locker's
+// Close failing with [locks.ErrClosed], and critical sections over
+// several keys through [guard.Guard.DoAll]: no deadlock among overlapping
+// sets asked for in any order, nothing left by one cut short, each key's
+// own tokens. With [Config.NewSequencer] it
 // checks that the backend's [token.Sequencer] answers the current grant's
 // token; with [Config.Unreachable] and [Config.Blackholed], that every call
 // returns by its context's deadline while the lock service is unreachable
@@ -58,6 +61,10 @@ type Config struct {
 	// Grants is how many successive grants of one key the token test
 	// takes. Default 200.
 	Grants int
+
+	// MultiRounds is how many critical sections over several keys the
+	// multi-key deadlock test runs, from 8 goroutines. Default 1000.
+	MultiRounds int
 
 	// NewSequencer returns the backend's [token.Sequencer] for l's locks,
 	// built the way a resource would build it (from a plain client, with
@@ -107,6 +114,10 @@ const (
 	// makes, and DeadlineSlack how late after it the call may return.
 	DeadlineCall  = time.Second
 	DeadlineSlack = 250 * time.Millisecond
+	// RoundBound is how long one critical section of the multi-key
+	// deadlock test may take, its waits for the other workers included:
+	// one that deadlocked would never end.
+	RoundBound = 30 * time.Second
 )
 
 func (c *Config) defaults() {
@@ -124,6 +135,9 @@ func (c *Config) defaults() {
 	}
 	if c.Grants == 0 {
 		c.Grants = 200
+	}
+	if c.MultiRounds == 0 {
+		c.MultiRounds = 1000
 	}
 }
 
@@ -154,6 +168,9 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelledBeforeAcquire", s.cancelledBefore},
 		{"KeysIndependent", s.keysIndependent},
 		{"AcquireAfterClose", s.acquireAfterClose},
+		{"MultiKeyNoDeadlock", s.multiNoDeadlock},
+		{"MultiKeyPartialLeavesNothing", s.multiPartialLeavesNothing},
+		{"MultiKeyTokensPerKey", s.multiTokensPerKey},
 		{"Sequencer", s.sequencer},
 		{"Unreachable", func(t *testing.T) { s.unreachable(t, "Unreachable", s.cfg.Unreachable, false) }},
 		{"Blackholed", func(t *testing.T) { s.unreachable(t, "Blackholed", s.cfg.Blackholed, true) }},
