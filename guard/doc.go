@@ -64,7 +64,9 @@
 //	})
 //
 // The keys are taken one by one in sorted order, whatever order they are
-// named in, so sets that overlap never deadlock. Each key keeps its own
+// named in, so sets that overlap never deadlock; a locker that can grant
+// several keys in one round trip ([locks.MultiTryAcquirer]) is asked for
+// them all at once first. Each key keeps its own
 // lease, keep-alive and token: a token is meaningful only with its key, so
 // each resource gets its own key's token (fn's context carries them all,
 // [token.Lookup]). The context is cancelled when any lease is lost, the

@@ -49,14 +49,14 @@ type Leases struct {
 // wait for a holder of a that waits for b. Take every key a section needs
 // in one call.
 func (g *Guard) AcquireAll(ctx context.Context, keys ...string) (*Leases, error) {
-	return g.acquireAll(ctx, keys, g.Acquire)
+	return g.acquireAll(ctx, keys, false, g.Acquire)
 }
 
 // TryAcquireAll is AcquireAll making one attempt per key: when a lock is
 // held it releases the keys it took and returns an error wrapping
 // [locks.ErrNotObtained] that names the key.
 func (g *Guard) TryAcquireAll(ctx context.Context, keys ...string) (*Leases, error) {
-	return g.acquireAll(ctx, keys, g.TryAcquire)
+	return g.acquireAll(ctx, keys, true, g.TryAcquire)
 }
 
 // canonical returns keys sorted, each once, or an error wrapping
@@ -71,9 +71,17 @@ func canonical(keys []string) ([]string, error) {
 	return slices.Compact(slices.Sorted(slices.Values(keys))), nil
 }
 
-func (g *Guard) acquireAll(ctx context.Context, keys []string, acquire func(context.Context, string) (*Lease, error)) (*Leases, error) {
+func (g *Guard) acquireAll(ctx context.Context, keys []string, tryOnly bool, acquire func(context.Context, string) (*Lease, error)) (*Leases, error) {
 	keys, err := canonical(keys)
 	if err != nil {
+		return nil, err
+	}
+	if leases, done, err := g.tryAllAtOnce(ctx, keys); done {
+		if err != nil {
+			return nil, err
+		}
+		return g.join(ctx, keys, leases), nil
+	} else if tryOnly && errors.Is(err, locks.ErrNotObtained) {
 		return nil, err
 	}
 	taken := make([]*Lease, 0, len(keys))
@@ -86,6 +94,51 @@ func (g *Guard) acquireAll(ctx context.Context, keys []string, acquire func(cont
 		taken = append(taken, l)
 	}
 	return g.join(ctx, keys, taken), nil
+}
+
+// tryAllAtOnce tries every key in one round trip when the locker can
+// ([locks.MultiTryAcquirer]) and ctx holds none of them. done reports
+// that the leases, or the error, are the answer; otherwise err says why
+// not (ErrNotObtained: a key was held) and the keys are to be taken one
+// by one.
+func (g *Guard) tryAllAtOnce(ctx context.Context, keys []string) (leases []*Lease, done bool, err error) {
+	m, ok := g.locker.(locks.MultiTryAcquirer)
+	if !ok {
+		return nil, false, nil
+	}
+	for _, k := range keys {
+		if heldIn(ctx, g, k) != nil {
+			return nil, false, nil
+		}
+	}
+	start := g.o.Clock.Now()
+	ls, err := m.TryAcquireAll(ctx, keys, g.o.TTL)
+	switch {
+	case err == nil && len(ls) != len(keys):
+		for _, l := range ls {
+			g.releaseLate(ctx, l)
+		}
+		return nil, true, fmt.Errorf("guard: acquire %q: the locker granted %d leases for %d keys", keys, len(ls), len(keys))
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, true, fmt.Errorf("guard: acquire %q: %w", keys, err)
+	default:
+		return nil, false, fmt.Errorf("guard: acquire %q: %w", keys, err)
+	}
+	for _, l := range ls {
+		h := g.hold(ctx, l, start)
+		if h == nil {
+			// Too late to be of use (the call outlasted the TTL): give
+			// everything back and take the keys one by one.
+			_ = g.releaseAll(ctx, leases)
+			for _, l := range ls[len(leases):] {
+				g.releaseLate(ctx, l)
+			}
+			return nil, false, fmt.Errorf("guard: acquire %q: granted after its local deadline had passed: %w", keys, ErrDeadline)
+		}
+		leases = append(leases, &Lease{h: h})
+	}
+	return leases, true, nil
 }
 
 // join holds leases, which hold keys, together: its context has ctx's

@@ -3,9 +3,11 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,4 +256,85 @@ func TestDoAllComposesWithDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertFree(t, ml, "b")
+}
+
+// multiTry is a locker that can try several keys at once (all or none),
+// counting the calls; fail, when set, is what every such call returns.
+type multiTry struct {
+	recording
+	calls atomic.Int32
+	fail  error
+}
+
+func (m *multiTry) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]locks.Lease, error) {
+	m.calls.Add(1)
+	if !slices.IsSorted(keys) {
+		return nil, errors.New("keys not sorted")
+	}
+	if m.fail != nil {
+		return nil, m.fail
+	}
+	var got []locks.Lease
+	for _, k := range keys {
+		l, err := m.recording.Locker.TryAcquire(ctx, k, ttl)
+		if err != nil {
+			for _, l := range got {
+				_ = l.Release(ctx)
+			}
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		got = append(got, l)
+	}
+	return got, nil
+}
+
+func TestAcquireAllTriesAllKeysInOneCallWhenTheLockerCan(t *testing.T) {
+	m := &multiTry{recording: recording{Locker: memlock.New()}}
+	g := newGuard(t, m, guard.Options{TTL: 5 * time.Second})
+	s, err := g.AcquireAll(testCtx(t), "b", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.calls.Load() != 1 || len(m.asked()) != 0 {
+		t.Errorf("%d calls for all keys, %q one by one; want one call", m.calls.Load(), m.asked())
+	}
+	for _, k := range []string{"a", "b"} {
+		assertHeld(t, m.Locker, k)
+	}
+	if err := s.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A key held: TryAcquireAll answers with that one call; AcquireAll
+	// waits for the key, one by one in order.
+	other, err := m.Locker.Acquire(testCtx(t), "b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.TryAcquireAll(testCtx(t), "a", "b"); !errors.Is(err, locks.ErrNotObtained) || len(m.asked()) != 0 {
+		t.Errorf("TryAcquireAll with b held: %v, then one by one %q", err, m.asked())
+	}
+	time.AfterFunc(100*time.Millisecond, func() { _ = other.Release(context.Background()) })
+	s, err = g.AcquireAll(testCtx(t), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.asked(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("after the held key, asked one by one for %q", got)
+	}
+	_ = s.Release(context.Background())
+
+	// A locker that cannot take these keys together: one by one.
+	m.fail = fmt.Errorf("keys in several slots: %w", locks.ErrInvalidArgument)
+	if err := g.DoAll(testCtx(t), []string{"x", "y"}, func(context.Context, map[string]token.Token) error { return nil }); err != nil {
+		t.Errorf("DoAll over a locker refusing the keys together: %v", err)
+	}
+	// Keys an enclosing section holds: one by one, the held one nested.
+	before := m.calls.Load()
+	err = g.Do(testCtx(t), "q", func(ctx context.Context, _ token.Token) error {
+		return g.DoAll(ctx, []string{"p", "q"}, func(context.Context, map[string]token.Token) error { return nil })
+	})
+	if err != nil || m.calls.Load() != before {
+		t.Errorf("DoAll nested in a hold of q: %v, %d calls for all keys", err, m.calls.Load()-before)
+	}
 }

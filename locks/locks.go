@@ -55,6 +55,21 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// MultiTryAcquirer is implemented by lockers that can try several keys in
+// one round trip, all or none (a Redis script over keys one node serves,
+// an etcd transaction). Package guard's AcquireAll and TryAcquireAll try
+// it first, and take the keys one by one when it fails.
+type MultiTryAcquirer interface {
+	// TryAcquireAll makes one attempt at every key of keys — distinct,
+	// non-empty and sorted — for ttl. It grants them all, each a Lease of
+	// its own with its own token, returned in the order of keys, or none:
+	// when any key is held it returns an error wrapping ErrNotObtained
+	// that names it. A locker that cannot take these keys together (keys
+	// of several Redis Cluster slots) returns an error wrapping
+	// ErrInvalidArgument and takes none.
+	TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]Lease, error)
+}
+
 // LossNotifier is implemented by leases whose backend learns of a loss on
 // its own — a ZooKeeper session disconnecting or expiring, say — sooner than
 // the holder's next renewal would. The channel is closed once the grant is
