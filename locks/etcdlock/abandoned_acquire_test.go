@@ -149,9 +149,9 @@ func TestAcquiresCancelledAtRandomPointsLeaveNothingBehind(t *testing.T) {
 }
 
 // Waiters queued behind a holder, some of them cancelled while they wait
-// (one just as the holder releases): the others are served in the
-// order they queued, each woken as soon as the one before it releases,
-// never held up until a cancelled waiter's TTL.
+// (one just as the holder releases): the others are served in the order
+// they queued, each woken as soon as the one before it releases (within
+// 2s on a loaded machine), never held up until a cancelled waiter's TTL.
 func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
@@ -205,8 +205,8 @@ func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
 			var r result
 			select {
 			case r = <-results:
-			case <-time.After(3 * time.Second):
-				t.Fatalf("round %d: a waiter still waits 3s after its turn (served so far %v)", round, served)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: a waiter still waits 5s after its turn (served so far %v)", round, served)
 			}
 			if r.err != nil {
 				if !errors.Is(r.err, context.Canceled) {
@@ -214,7 +214,7 @@ func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
 				}
 				continue
 			}
-			if d := r.at.Sub(released); d > time.Second {
+			if d := r.at.Sub(released); d > 2*time.Second { // a cancelled waiter's key would last the TTL
 				t.Errorf("round %d: waiter %d served %v after the release before it", round, r.i, d)
 			}
 			if r.g.Token() <= last {
