@@ -28,6 +28,16 @@
 // Blocked acquires of one Locker share one pub/sub connection (on a
 // Cluster, one per master); [Locker.Close] stops it and fails them.
 //
+// # Lock-delay
+//
+// With [Options].LockDelay the lock key lives TTL + LockDelay on the
+// server while the lease's TTL and Deadline count the TTL alone: a lease
+// that expires unreleased keeps the lock from waiters and newcomers for
+// the delay past its Deadline, and they wake when the key expires, as
+// without a delay. A Release hands the lock over at once. The bound is the
+// server's clock and its memory: a failover or restart that loses the key
+// loses the delay with it (package locks, "Lock-delay").
+//
 // # The token
 //
 // The script that grants a lock mints its token, max(counter + 1, server

@@ -64,6 +64,14 @@ type Options struct {
 	// clock: then the resource refuses it as stale and the holder heals
 	// again). Default 1h.
 	CounterIdle time.Duration
+
+	// LockDelay keeps the lock from everyone else for this long past the
+	// Deadline of a lease that ended without a Release (expired, or its
+	// renewal refused): the lock key lives TTL + LockDelay on the server
+	// while the lease's TTL and Deadline count the TTL alone. A Release
+	// hands the lock over at once. 0, the default: no delay. At most
+	// [locks.MaxLockDelay]. See "Lock-delay" in the package doc.
+	LockDelay time.Duration
 }
 
 // Locker is a [locks.Locker] on one Redis deployment (a single node,
@@ -108,6 +116,9 @@ func New(client Client, o Options) (*Locker, error) {
 	}
 	if o.WaiterTTL < 30*time.Millisecond || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: WaiterTTL %v (min 30ms), CounterIdle %v (min 1s)", locks.ErrInvalidArgument, o.WaiterTTL, o.CounterIdle)
+	}
+	if err := locks.CheckLockDelay(o.LockDelay); err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	notify := notifier(client)
 	if _, ok := client.(stateReloader); ok {
@@ -163,6 +174,11 @@ func newID() string {
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
+// px is the lock key's expiry on the server, in ms, for a lease of ttl:
+// ttl plus the lock-delay. Every script that sets or extends the lock
+// (acquire, hand-over through the queue member "id|px", renew) uses it.
+func (l *Locker) px(ttl time.Duration) int64 { return ms(ttl + l.o.LockDelay) }
+
 // result of one run of the acquire script.
 type result int
 
@@ -193,12 +209,12 @@ func rangeErr() error {
 func (l *Locker) attempt(ctx context.Context, k lockKeys, id string, ttl time.Duration, enqueue bool) (outcome, <-chan struct{}, error) {
 	res, pending, err := detach.Start(&l.bg, ctx, func() ([]any, error) {
 		if enqueue {
-			return acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg, l.waiterArg, "1").Slice()
+			return acquireScript.Run(ctx, l.client, k.all, id, l.px(ttl), l.idleArg, l.waiterArg, "1").Slice()
 		}
 		// All four keys, though the script touches only two: in a
 		// Cluster slot that migrates, a TryAcquire of a held lock then waits
 		// for the move like every other call (see clusterRun).
-		return acquireScript.Run(ctx, l.client, k.all, id, ms(ttl), l.idleArg).Slice()
+		return acquireScript.Run(ctx, l.client, k.all, id, l.px(ttl), l.idleArg).Slice()
 	})
 	if err != nil {
 		return outcome{}, pending, scriptErr(err)
@@ -245,7 +261,7 @@ func (l *Locker) lease(k lockKeys, key, id string, tok token.Token, ttl time.Dur
 // once that attempt's command has finished, so that it cannot run before
 // the grant or the queueing it is to undo.
 func (l *Locker) abandon(ctx context.Context, pending <-chan struct{}, k lockKeys, id string, ttl time.Duration) {
-	member := id + "|" + strconv.FormatInt(ms(ttl), 10)
+	member := id + "|" + strconv.FormatInt(l.px(ttl), 10)
 	var after []<-chan struct{}
 	if pending != nil {
 		after = append(after, pending)
@@ -507,7 +523,7 @@ func (s *lockLease) Renew(ctx context.Context) error {
 	}
 	sent := time.Now()
 	n, err := detach.Call(&s.l.bg, ctx, func() (int, error) {
-		return renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, ms(s.TTL())).Int()
+		return renewScript.Run(ctx, s.l.client, s.k.all[:1], s.val, s.l.px(s.TTL())).Int()
 	})
 	if err != nil {
 		return fmt.Errorf("redislock: renew %q: %w", s.Key(), ctxerr.Wrap(ctx, err))

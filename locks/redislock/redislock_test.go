@@ -79,6 +79,11 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return newLocker(t, c, redislock.Options{Prefix: db.Prefix}), func() { _ = p.Blackhole() }
 		},
+		LockDelay: func(t *testing.T) (locks.Locker, time.Duration) {
+			const delay = 600 * time.Millisecond
+			db := redisserver.Shared(t)
+			return newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix, LockDelay: delay}), delay
+		},
 	})
 }
 
@@ -487,7 +492,8 @@ func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	for _, o := range []redislock.Options{{WaiterTTL: time.Millisecond}, {CounterIdle: time.Millisecond}} {
+	for _, o := range []redislock.Options{{WaiterTTL: time.Millisecond}, {CounterIdle: time.Millisecond},
+		{LockDelay: -time.Millisecond}, {LockDelay: locks.MaxLockDelay + time.Millisecond}} {
 		if _, err := redislock.New(c, o); !errors.Is(err, locks.ErrInvalidArgument) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidArgument", o, err)
 		}

@@ -12,7 +12,7 @@ import (
 // Keys of one lock, all sharing the hash tag {key} so they live in one
 // cluster slot and a script may touch them together:
 //
-//	<prefix>{<key>}        the lock: "<grant id>|<token>", PX ttl
+//	<prefix>{<key>}        the lock: "<grant id>|<token>", PX ttl + lock-delay
 //	<prefix>{<key>}:tok    the token counter c and the heal offset d, as
 //	                       "c" (d = 0) or "c:d", PX counter idle time (see
 //	                       mint): one key, so that an eviction or an

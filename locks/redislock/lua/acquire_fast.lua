@@ -8,8 +8,8 @@
 -- acquire.lua, from where this stopped.
 --
 -- KEYS: lock, counter, queue, deadlines.
--- ARGV: id, ttl ms, counter idle ms, waiter TTL ms, enqueue ("1" or "0";
--- without the last two, "0").
+-- ARGV: id, px (the TTL plus the lock-delay, ms), counter idle ms, waiter
+-- TTL ms, enqueue ("1" or "0"; without the last two, "0").
 local v = redis.call('GET', KEYS[1])
 local nowstr, c
 if not v then

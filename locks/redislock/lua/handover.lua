@@ -17,7 +17,7 @@ local function handOver(channel, idle)
     redis.call('DEL', KEYS[1])
     return
   end
-  local id, ttl = string.match(nxt, '^(.*)|(%d+)$')
+  local id, px = string.match(nxt, '^(.*)|(%d+)$')
   if not id then
     redis.call('ZREM', KEYS[3], nxt)
     redis.call('ZREM', KEYS[4], nxt)
@@ -33,6 +33,6 @@ local function handOver(channel, idle)
   redis.call('ZREM', KEYS[3], nxt)
   redis.call('ZREM', KEYS[4], nxt)
   local v = id .. '|' .. tok
-  redis.call('SET', KEYS[1], v, 'PX', ttl)
+  redis.call('SET', KEYS[1], v, 'PX', px) -- the waiter's TTL plus the lock-delay
   redis.call('PUBLISH', channel, v)
 end

@@ -30,6 +30,16 @@
 // start of its last acquire or renewal plus TTL minus the drift. A TTL is
 // at least 10ms.
 //
+// # Lock-delay
+//
+// With [Options].LockDelay each node keeps its lock TTL + LockDelay (the
+// delay with a drift allowance of its own) while the lease's TTL,
+// validity and Deadline count the TTL alone: a lease that expires
+// unreleased keeps the lock from every acquirer for the delay past its
+// Deadline; a Release frees it at once. The delay holds while a majority
+// of nodes keep their locks: a node restarted empty shortens it as it
+// shortens the lease (package locks, "Lock-delay").
+//
 // # The token
 //
 // The token is minted from the nodes' counters: each node won reports its

@@ -102,6 +102,15 @@ type Options struct {
 	// CounterIdle is how long a node keeps a key's counter (and its clock
 	// offset) after the last grant or renewal. Default 1h.
 	CounterIdle time.Duration
+
+	// LockDelay keeps the lock from everyone else for this long past the
+	// Deadline of a lease that ended without a Release (expired, or its
+	// renewal refused): each node keeps its lock TTL + LockDelay (plus
+	// LockDelay·DriftFactor, the drift allowance for the delay) while the
+	// lease's TTL, validity and Deadline count the TTL alone. A Release
+	// frees the lock at once. 0, the default: no delay. At most
+	// [locks.MaxLockDelay]. See "Lock-delay" in the package doc.
+	LockDelay time.Duration
 }
 
 // Locker runs Redlock over independent Redis nodes, with fencing tokens.
@@ -145,6 +154,9 @@ func New(nodes []Client, o Options) (*Locker, error) {
 	}
 	if o.DriftFactor < 0 || o.DriftFactor > 0.05 || o.DriftMin < 0 || o.NodeTimeout < 0 || o.CounterIdle < time.Second {
 		return nil, fmt.Errorf("%w: options %+v", locks.ErrInvalidArgument, o)
+	}
+	if err := locks.CheckLockDelay(o.LockDelay); err != nil {
+		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	l := &Locker{nodes: nodes, o: o}
 	for i, c := range nodes {
@@ -191,6 +203,18 @@ func keysFor(prefix, key string) lockKeys {
 }
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// px is how long a node keeps the lock of a lease of ttl, in ms: ttl plus
+// the lock-delay, which gets a drift allowance of its own so that a node
+// whose clock runs fast by up to DriftFactor still keeps the lock for the
+// delay past the lease's Deadline (whose allowance covers the ttl alone).
+func (l *Locker) px(ttl time.Duration) int64 {
+	d := l.o.LockDelay
+	if d > 0 {
+		d += time.Duration(float64(d) * l.o.DriftFactor)
+	}
+	return ms(ttl + d)
+}
 
 func (l *Locker) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*l.o.DriftFactor) + l.o.DriftMin
@@ -351,7 +375,7 @@ func backoff(n int) time.Duration {
 // the channel closed once the script's command has finished (pending).
 func (l *Locker) acquireNode(ctx context.Context, i int, k lockKeys, id string, ttl time.Duration) (ok bool, floor token.Token, pttl time.Duration, holder string, pending <-chan struct{}, err error) {
 	res, pending, err := detach.Start(&l.bg, caller(ctx), func() ([]any, error) {
-		return acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, ms(ttl)).Slice()
+		return acquireScript.Run(ctx, l.nodes[i], []string{k.lock, k.counter}, id, l.px(ttl)).Slice()
 	})
 	if err != nil {
 		return false, 0, 0, "", pending, nodeErr(i, k.counter, err)
@@ -720,7 +744,7 @@ func (s *lockLease) Renew(ctx context.Context) error {
 	a := newAttempt(len(l.nodes))
 	l.each(ctx, l.nodeTimeout(ttl), nil, func(ctx context.Context, i int, mu *sync.Mutex) {
 		n, err := detach.Call(&l.bg, caller(ctx), func() (int, error) {
-			return renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, ms(ttl), ms(l.o.CounterIdle)).Int()
+			return renewScript.Run(ctx, l.nodes[i], []string{s.k.lock, s.k.counter}, s.id, l.px(ttl), ms(l.o.CounterIdle)).Int()
 		})
 		mu.Lock()
 		defer mu.Unlock()

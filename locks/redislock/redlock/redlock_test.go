@@ -107,7 +107,26 @@ func TestConformance(t *testing.T) {
 				}
 			}
 		},
+		LockDelay: func(t *testing.T) (locks.Locker, time.Duration) {
+			const delay = 600 * time.Millisecond
+			var addrs []string
+			var prefix string
+			for _, db := range redisserver.SharedN(t, 5) {
+				addrs, prefix = append(addrs, db.Addr), db.Prefix
+			}
+			return newLocker(t, clients(t, addrs), redlock.Options{Prefix: prefix, LockDelay: delay}), delay
+		},
 	})
+}
+
+func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, d := range []time.Duration{-time.Millisecond, locks.MaxLockDelay + time.Millisecond} {
+		if _, err := redlock.New([]redlock.Client{c}, redlock.Options{LockDelay: d}); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("LockDelay %v: %v, want ErrInvalidArgument", d, err)
+		}
+	}
 }
 
 func dedicated(t *testing.T, n int) ([]*harness.Server, []redlock.Client) {

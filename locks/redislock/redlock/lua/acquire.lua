@@ -2,7 +2,7 @@
 -- minted from, unchanged: the counter, the clock in µs and the offset (the
 -- caller floors the counter by clock + offset, in uint64). A malformed
 -- counter fails the call before the lock is taken.
--- KEYS: lock, counter. ARGV: id, ttl ms.
+-- KEYS: lock, counter. ARGV: id, px (the TTL plus the lock-delay, ms).
 -- Returns {1, counter or "", now, offset} when taken, {0, pttl, holder}
 -- when held by another (holder: the lock's value, "id" or "id|token").
 local c, d = counter(KEYS[2])

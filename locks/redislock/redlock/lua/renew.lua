@@ -1,7 +1,8 @@
 -- renew extends the node's lock while it holds this grant, and restarts
 -- the counter's idle expiry with it: a lease held past CounterIdle keeps
 -- its counter and offset.
--- KEYS: lock, counter. ARGV: id, ttl ms, counter idle ms.
+-- KEYS: lock, counter. ARGV: id, px (the TTL plus the lock-delay, ms),
+-- counter idle ms.
 -- Returns 1 when extended, else 0.
 -- Needs ours.lua.
 if ours(redis.call('GET', KEYS[1]), ARGV[1]) then
