@@ -42,6 +42,16 @@
 // polling. A waiter whose turn comes after it was paused checks that its own
 // key is still there before it takes the turn.
 //
+// # Lock-delay
+//
+// With [Options].LockDelay every grant's etcd lease has a TTL of TTL +
+// LockDelay (whole seconds, rounded up) while the lease's TTL and
+// Deadline count the TTL alone, also on a lease reused from the idle
+// pool: a grant that expires unreleased keeps its key, and so the lock,
+// the delay past its Deadline, and waiters wake on the key's deletion as
+// without a delay. A Release deletes the key at once. What the delay buys
+// and what it does not: package locks, "Lock-delay".
+//
 // # Your own transactions
 //
 // [Lease.IsOwner] holds exactly while the grant holds the lock; put it in

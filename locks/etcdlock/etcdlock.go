@@ -49,6 +49,15 @@ type Options struct {
 	// new lease (docs/design.md, "etcdlock"). Default 16; negative
 	// disables reuse.
 	IdleLeases int
+
+	// LockDelay keeps the lock from everyone else for this long past the
+	// Deadline of a lease that ended without a Release (expired, or its
+	// keep-alive refused): every grant's etcd lease has a TTL of
+	// TTL + LockDelay, rounded up to whole seconds, while the lease's TTL
+	// and Deadline count the TTL alone. A Release deletes the grant's key
+	// at once. 0, the default: no delay. At most [locks.MaxLockDelay]. See
+	// "Lock-delay" in the package doc.
+	LockDelay time.Duration
 }
 
 // Locker is a [locks.Locker] on etcd v3. It is safe for concurrent use.
@@ -92,6 +101,9 @@ func New(c Client, o Options) (*Locker, error) {
 	}
 	if o.IdleLeases == 0 {
 		o.IdleLeases = 16
+	}
+	if err := locks.CheckLockDelay(o.LockDelay); err != nil {
+		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	return &Locker{c: c, o: o, idle: map[int64][]idleLease{}, refreshing: map[int64]int{}}, nil
 }
@@ -149,12 +161,18 @@ func queuePrefix(prefix, key string) string { return prefix + url.PathEscape(key
 
 func seconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
 
+// secs is the etcd lease TTL, in seconds, of grants for ttl: ttl plus the
+// lock-delay, rounded up. Local deadlines count ttl alone, so the lease
+// outlives a grant's Deadline by at least the delay; idle leases are
+// pooled by it.
+func (l *Locker) secs(ttl time.Duration) int64 { return seconds(ttl + l.o.LockDelay) }
+
 // lease returns a live lease for ttl and a conservative local deadline: a
 // reused idle one — as it is when at least two thirds of its TTL are left,
 // else refreshed by a keep-alive sent alongside the caller's next request —
 // or a new grant.
 func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh func() (time.Time, error), err error) {
-	secs := seconds(ttl)
+	secs := l.secs(ttl)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -209,7 +227,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	secs := seconds(ttl)
+	secs := l.secs(ttl)
 	if l.closed || len(l.idle[secs])+l.refreshing[secs] >= l.o.IdleLeases {
 		return // it lapses on its own at its TTL
 	}
@@ -299,7 +317,7 @@ func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseI
 func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration, since time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 	defer cancel()
-	secs := seconds(ttl)
+	secs := l.secs(ttl)
 	sent := time.Now()
 	_, err := l.c.KeepAliveOnce(ctx, id)
 	l.mu.Lock()

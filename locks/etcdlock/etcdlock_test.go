@@ -79,7 +79,26 @@ func conformance(t *testing.T, db func(testing.TB) *etcdserver.DB) {
 			p := harness.NewProxy(t, d.Endpoints[0])
 			return newLocker(t, newClient(t, []string{p.Addr()}), d.Prefix), func() { _ = p.Blackhole() }
 		},
+		LockDelay: func(t *testing.T) (locks.Locker, time.Duration) {
+			const delay = 1500 * time.Millisecond // the etcd lease: ceil(2s + 1.5s) = 4s
+			d := db(t)
+			l, err := etcdlock.New(newClient(t, d.Endpoints), etcdlock.Options{Prefix: d.Prefix, LockDelay: delay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l, delay
+		},
 	})
+}
+
+func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
+	c := &clientv3.Client{}
+	for _, d := range []time.Duration{-time.Millisecond, locks.MaxLockDelay + time.Millisecond} {
+		if _, err := etcdlock.New(c, etcdlock.Options{LockDelay: d}); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("LockDelay %v: %v, want ErrInvalidArgument", d, err)
+		}
+	}
 }
 
 func TestConformanceEtcd34(t *testing.T) { conformance(t, etcdserver.Shared) }
@@ -630,4 +649,45 @@ func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
 		t.Fatalf("the key of the failed acquire still blocks the lock: %v", err)
 	}
 	_ = got.Release(ctx)
+}
+
+// A grant on a lease reused from the idle pool keeps the lock-delay too:
+// its etcd lease, kept alive from before the acquire, outlives the grant's
+// Deadline (counted from that keep-alive) by the delay.
+func TestLockDelayHoldsOnAPooledLease(t *testing.T) {
+	const ttl, delay = 2 * time.Second, 1500 * time.Millisecond
+	d := etcdserver.Shared(t)
+	ctx := ctxFor(t, time.Minute)
+	l, err := etcdlock.New(newClient(t, d.Endpoints), etcdlock.Options{Prefix: d.Prefix, LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.(*etcdlock.Lease).LeaseID()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl / 4) // the pooled lease ages, as between two uses
+	a, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.(*etcdlock.Lease).LeaseID(); got != id {
+		t.Fatalf("second grant on lease %x, want the pooled %x", got, id)
+	}
+	bound := a.Deadline().Add(delay)
+	next, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := time.Now(); at.Before(bound) {
+		t.Errorf("granted %v before the pooled grant's Deadline plus the delay", bound.Sub(at))
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
