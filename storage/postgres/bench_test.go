@@ -102,6 +102,35 @@ func BenchmarkEnforcer(b *testing.B) {
 	compare(b, modes)
 }
 
+// BenchmarkTx measures table mode alone: the plain UPDATE against the same
+// UPDATE in a fenced transaction, the claim sent before fn runs and sent
+// with fn's first statement. Rounds as in BenchmarkEnforcer.
+func BenchmarkTx(b *testing.B) {
+	pool := benchPool(b)
+	resources := make([]string, 9)
+	for i := range resources {
+		resources[i] = fmt.Sprint("sku:", i)
+	}
+	compare(b, []benchMode{
+		{"plain", func(ctx context.Context, id int64, _ token.Token, v int) error {
+			_, err := pool.Exec(ctx, plainUpdate, id, v)
+			return err
+		}},
+		{"table", func(ctx context.Context, id int64, tok token.Token, v int) error {
+			return postgres.Tx(ctx, pool, resources[id], tok, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plainUpdate, id, v)
+				return err
+			})
+		}},
+		{"table-lazy", func(ctx context.Context, id int64, tok token.Token, v int) error {
+			return lazyTokens.Tx(ctx, pool, resources[id], tok, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plainUpdate, id, v)
+				return err
+			})
+		}},
+	})
+}
+
 // BenchmarkDecrement measures the canonical read-modify-write, one unit
 // sold: the plain UPDATE items SET stock = stock - 1 WHERE id = $1 AND
 // stock > 0 against the same statement fenced in column mode,
