@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
 )
 
 // wrapErr is [wrapErr] for a statement sql of tb ("" when unknown): a
@@ -97,13 +98,17 @@ func (tb *Table) tokenTypeFix() string {
 const keyTypeFix = "Read and Update work with any key type; for Delete and Upsert, key the table by a column of one of the types above"
 
 // lockMismatch returns the refusal of a zero token for the lock key lk
-// when ctx carries the token of another lock, nil otherwise. A token is
+// when ctx carries the tokens of other locks and none of lk, nil
+// otherwise. A token is
 // meaningful only with the key it was granted for, so it is never used
 // for another; the error says how to make the two keys agree. where
 // describes the call ("update items/7"), hint(ck) what names lk.
 func lockMismatch(ctx context.Context, where, lk string, t token.Token, hint func(ck string) string) error {
 	if t != 0 {
 		return nil
+	}
+	if _, err := enforce.Resolve(ctx, lk, 0); err == nil {
+		return nil // the context carries lk's own token, or none
 	}
 	ck, ct, ok := token.FromContext(ctx)
 	if !ok || ct == 0 || ck == lk {
