@@ -51,6 +51,18 @@
 //		return nil
 //	})
 //
+// [TxAll] is Tx over several resources, each with its own token — the
+// resource side of a critical section over several locks. One statement
+// claims every resource, in sorted order, so that transactions over
+// overlapping sets never deadlock each other; all or nothing: one stale
+// token refuses the whole transaction, moves no mark, and the
+// [*token.StaleError] names the first refused resource.
+//
+//	err := postgres.TxAll(ctx, pool, map[string]token.Token{"acct:alice": t1, "acct:bob": t2}, func(tx pgx.Tx) error {
+//		// debit one account, credit the other
+//		return nil
+//	})
+//
 // Column mode and table mode keep separate marks: a row's in its token
 // column, a resource's in fence_tokens. A Tx on "sku:42" does not move row
 // 42's token column, nor the reverse, so guard each piece of data through

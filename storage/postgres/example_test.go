@@ -182,6 +182,43 @@ func ExampleTx_fromContext() {
 	}
 }
 
+// A transfer between two accounts, each guarded by a lock of its own: one
+// transaction claims both (in one statement, in sorted order, so that a
+// transfer the other way cannot deadlock with it) and moves the money. A
+// stale token for either account refuses the whole transfer.
+func ExampleTxAll() {
+	from, to := "acct:alice", "acct:bob"
+	var fromTok, toTok token.Token // from the two locks: lease.Token()
+	err := postgres.TxAll(ctx, pool, map[string]token.Token{from: fromTok, to: toTok}, func(tx pgx.Tx) error {
+		var balance int64
+		if err := tx.QueryRow(ctx, `UPDATE accounts SET balance = balance - $2 WHERE id = $1 RETURNING balance`, "alice", 30).Scan(&balance); err != nil {
+			return err
+		}
+		if balance < 0 {
+			return errors.New("insufficient funds") // rolled back
+		}
+		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1`, "bob", 30)
+		return err
+	})
+	var stale *token.StaleError
+	if errors.As(err, &stale) {
+		fmt.Println("lost the lock of", stale.Resource, "- nothing was written")
+	}
+}
+
+// Inside guard's multi-key form, the context carries every key's token:
+// zero tokens are taken from it, each for its own resource.
+func ExampleTxAll_fromContext() {
+	ctx := token.NewContext(token.NewContext(ctx, "acct:alice", tok), "acct:bob", tok+1) // what the multi-key form passes to fn
+	err := postgres.TxAll(ctx, pool, map[string]token.Token{"acct:alice": 0, "acct:bob": 0}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ANY($1)`, []string{"alice", "bob"})
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 // The high-water table under another name, in its own schema.
 func ExampleNewTokens() {
 	marks, err := postgres.NewTokens(postgres.TokensOptions{Name: pgx.Identifier{"fencing", "marks"}})

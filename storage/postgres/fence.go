@@ -78,7 +78,7 @@ func (f *Fence) Claim(ctx context.Context, resource string, t token.Token) error
 	if err != nil {
 		return err
 	}
-	return f.tokens.claim(ctx, f.db, resource, t, v)
+	return f.tokens.claim(ctx, f.db, claims{{resource: resource, t: t, v: v}})
 }
 
 // HighWater returns the highest token resource has accepted, 0 if none.

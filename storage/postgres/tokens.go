@@ -94,6 +94,13 @@ type Tokens struct {
 	setSQL         string // $1 resource, $2 token: sets the mark
 	floorSQL       string // → the floor of pruned marks, no row if none
 	pruneSQL       string // $1 age in µs, $2 batch size → (deleted, new floor or NULL)
+
+	// The same over several resources, $1 text[] and $2 bigint[] in
+	// claims order; the first refused resource is reported by its index.
+	claimAllSQL       string // → (all claimed, index of the first refused, its snapshot high-water)
+	txClaimAllSQL     string // → (all claimed, index, snapshot high-water, the settings, txid)
+	claimOrFailAllSQL string // → (claimed, the settings, txid), or an error unless all were claimed
+	marksSQL          string // $1 text[] → (the marks in order, NULL for none; the floor)
 }
 
 // resetDoneSQL ends the floor trigger's exemption of Reset's insert.
@@ -104,7 +111,12 @@ const resetDoneSQL = `SELECT set_config('fenceguard.reset', '', true)`
 // below the floor of pruned marks (the row of resource "") or resource
 // has a row, which ON CONFLICT then compares t with.
 func floorGateSQL(tbl, resource, t string) string {
-	return `SELECT ` + resource + `, ` + t + `, now() WHERE ` + t + ` >= coalesce((SELECT token FROM ` + tbl + ` WHERE resource = ''), 0)
+	return floorGateFromSQL(tbl, resource, t, "")
+}
+
+// floorGateFromSQL is floorGateSQL over the rows of from, a FROM clause.
+func floorGateFromSQL(tbl, resource, t, from string) string {
+	return `SELECT ` + resource + `, ` + t + `, now()` + from + ` WHERE ` + t + ` >= coalesce((SELECT token FROM ` + tbl + ` WHERE resource = ''), 0)
  OR EXISTS (SELECT FROM ` + tbl + ` WHERE resource = ` + resource + `)`
 }
 
@@ -198,6 +210,27 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
 SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
+	// TxAll's claim: the same upsert over every resource in one
+	// statement, the rows proposed in claims order (Go's byte order, which
+	// is COLLATE "C"), so that the row locks are taken in that order.
+	// A refused resource is not advanced, but the others in the statement
+	// are: the transaction (or the savepoint, or claimOrFailAllSQL's error)
+	// undoes them, so a refusal moves nothing.
+	claimAll := `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` +
+		floorGateFromSQL(tbl, "u.resource", "u.token", ` FROM unnest($1::text[], $2::bigint[]) AS u(resource, token)`) + `
+ ORDER BY u.resource COLLATE "C"
+ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+ WHERE m.token <= excluded.token RETURNING m.resource)`
+	k.claimAllSQL = claimAll + `,
+fenceguard_f AS (SELECT u.i, u.resource FROM unnest($1::text[]) WITH ORDINALITY AS u(resource, i)
+ WHERE NOT EXISTS (SELECT FROM fenceguard_c c WHERE c.resource = u.resource) ORDER BY u.i LIMIT 1)
+SELECT NOT EXISTS (SELECT FROM fenceguard_f), (SELECT i - 1 FROM fenceguard_f),
+ (SELECT coalesce((SELECT token FROM ` + tbl + ` WHERE resource = f.resource), (SELECT token FROM ` + tbl + ` WHERE resource = '')) FROM fenceguard_f f)`
+	k.txClaimAllSQL = k.claimAllSQL + `, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
+	k.claimOrFailAllSQL = claimAll + `
+SELECT CASE WHEN (SELECT count(*) FROM fenceguard_c) = cardinality($1::text[]) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
+	k.marksSQL = `SELECT array_agg(m.token ORDER BY u.i), (SELECT token FROM ` + tbl + ` WHERE resource = '')
+ FROM unnest($1::text[]) WITH ORDINALITY AS u(resource, i) LEFT JOIN ` + tbl + ` m ON m.resource = u.resource`
 	k.highWaterSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1), (SELECT token FROM ` + tbl + ` WHERE resource = '')`
 	k.lockSQL = `SELECT token FROM ` + tbl + ` WHERE resource = $1 FOR UPDATE`
 	// Reset's insert is the operator's: the floor's trigger lets it below
@@ -259,32 +292,59 @@ func (k *Tokens) highWater(ctx context.Context, q querier, resource string) (cur
 // improbable.
 const maxAttempts = 4
 
-// claim advances resource's mark to t on q, or tells why not. One round
-// trip unless refused. A serialization failure (REPEATABLE READ or
+// claim advances the marks of c on q, all or none, or tells why not. One
+// round trip unless refused. A serialization failure (REPEATABLE READ or
 // SERIALIZABLE by default on the session) is retried when q is not a
 // transaction: the statement was a transaction of its own.
-func (k *Tokens) claim(ctx context.Context, q querier, resource string, t token.Token, v int64) error {
+//
+// Several resources are claimed in one statement. Inside a transaction
+// (q a [pgx.Tx]: a savepoint of Tx's) a refusal leaves the others
+// advanced until the caller rolls back; on its own, the statement fails
+// unless it claims them all, so that a refusal moves nothing.
+func (k *Tokens) claim(ctx context.Context, q querier, c claims) error {
+	_, inTx := q.(pgx.Tx)
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
-		var claimed bool
-		var snap *int64
-		if err := q.QueryRow(ctx, k.claimSQL, resource, v).Scan(&claimed, &snap); err != nil {
+		var (
+			claimed bool
+			i       int
+			snap    *int64
+			err     error
+		)
+		if len(c) == 1 || inTx {
+			claimed, i, snap, err = scanClaim(q.QueryRow(ctx, pick(c, k.claimSQL, k.claimAllSQL), claimArgs(c)...), c)
+		} else {
+			err = q.QueryRow(ctx, k.claimOrFailAllSQL, claimArgs(c, 0, 0)...).Scan(&claimed, nil, nil, nil)
+			if isStaleRaise(err) {
+				if _, ok := floorRaise(err); !ok {
+					claimed, i, err = false, len(c), nil
+				}
+			}
+		}
+		if err != nil {
 			if retriable(q, err) && retries < maxSerializationRetries && ctx.Err() == nil {
 				retries++
 				continue
 			}
-			if floor, ok := floorRaise(err); ok && floor > t {
-				// A Prune committed while the claim ran: the key's row
-				// was pruned, and the floor is above t.
-				return &token.StaleError{Resource: resource, Presented: t, Current: floor}
+			if floor, ok := floorRaise(err); ok {
+				// A Prune committed while the claim ran: a key's row
+				// was pruned, and the floor may be above its token.
+				if done, err := k.floorStale(ctx, q, c, floor); done {
+					return err
+				}
+				attempts++
+				continue
 			}
-			return k.claimErr(q, resource, err)
+			return k.claimErr(q, c.name(), err)
 		}
-		if done, err := k.refused(ctx, q, resource, t, claimed, snap); done {
+		if claimed {
+			return nil
+		}
+		if done, err := k.refused(ctx, q, c, i, snap); done {
 			return err
 		}
 		attempts++
 	}
-	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
+	return k.errNoRefusal(c)
 }
 
 // claimErr wraps the error of a claim on q. A serialization failure inside
@@ -315,30 +375,4 @@ func (k *Tokens) migrateFix() string {
 		return "run postgres.Migrate, which creates or upgrades the high-water table " + k.name
 	}
 	return "run Migrate on the Tokens named " + k.name + ", which creates or upgrades its high-water table"
-}
-
-// refused interprets a claim's result. done is false when the claim must be
-// retried.
-//
-// Under READ COMMITTED the refusal and the snapshot read can disagree: the
-// upsert was refused by a row version committed after the statement's
-// snapshot, which the read does not see. A StaleError must never report a
-// current mark at or below the presented token, so a second statement, with
-// a fresh snapshot, reads the mark again. If even that is not above t, the
-// row was deleted or lowered in between, and the claim is retried.
-func (k *Tokens) refused(ctx context.Context, q querier, resource string, t token.Token, claimed bool, snap *int64) (done bool, err error) {
-	if claimed {
-		return true, nil
-	}
-	if snap != nil && token.Token(*snap) > t {
-		return true, &token.StaleError{Resource: resource, Presented: t, Current: token.Token(*snap)}
-	}
-	cur, _, err := k.highWater(ctx, q, resource)
-	if err != nil {
-		return true, err
-	}
-	if cur > t {
-		return true, &token.StaleError{Resource: resource, Presented: t, Current: cur}
-	}
-	return false, nil
 }

@@ -141,11 +141,8 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //
 // [*pgxpool.Pool]: https://pkg.go.dev/github.com/jackc/pgx/v5/pgxpool#Pool
 func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.Tx) error) error {
-	switch {
-	case db == nil:
-		return fmt.Errorf("%w: nil DB", ErrBadInput)
-	case fn == nil:
-		return fmt.Errorf("%w: nil fn", ErrBadInput)
+	if err := txArgs(db, fn); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
@@ -154,12 +151,83 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	if err != nil {
 		return err
 	}
+	return k.tx(ctx, db, claims{{resource: resource, t: t, v: v}}, fn)
+}
+
+// TxAll runs fn in a fenced transaction on the default high-water table
+// (fence_tokens on the search_path) that claims every resource of claims.
+// See [Tokens.TxAll].
+func TxAll(ctx context.Context, db DB, claims map[string]token.Token, fn func(pgx.Tx) error) error {
+	return defaultTokens.TxAll(ctx, db, claims, fn)
+}
+
+// TxAll is [Tokens.Tx] over several resources, each with its own token
+// (claims maps each resource to its token): it claims all of them, runs fn
+// in the same transaction and commits. It is the resource side of a
+// critical section over several locks, such as guard's multi-key form.
+//
+// The claims are one statement, sent with BEGIN as Tx's claim is, so
+// claiming several resources costs the round trip of claiming one. It
+// claims the resources in one canonical order — sorted by their bytes —
+// so that fenced transactions over overlapping sets of resources, from
+// any number of processes, take the marks' row locks in the same order
+// and never deadlock each other; each then waits for the other as Tx does.
+//
+// All or nothing: if any token is stale, no mark moves, nothing of fn
+// commits (fn does not run; with ClaimWithFirstStatement its first
+// statement fails), and TxAll returns the [*token.StaleError] of the
+// first refused resource in that order. Every token is resolved and
+// checked before anything is sent, and a refusal there sends nothing: a
+// forged token (the [TokensOptions.Check] refuses it) returns the check's
+// [*token.ForgedError]; an empty or nil claims, or an empty resource,
+// wraps [token.ErrNoResource] (claims has no resource the context would
+// fill in); a zero token that the context does not carry for that
+// resource wraps [token.ErrMissing]. A zero token is the one the context
+// carries for that very resource ([token.FromContext]; a context of
+// guard's multi-key form carries every key's token).
+//
+// Everything else is Tx's: the outcomes (fn's error, a panic, a
+// cancelled ctx, [*CommitUnknownError] whose Resource names every
+// resource, joined by ", "), ClaimWithFirstStatement, the isolation
+// levels, a caller's transaction as db, and the hold bound. The
+// transaction follows the lease end ctx reports ([token.Expiry]) when
+// ctx's own token ([token.FromContext]) is one of the claims' tokens: a
+// context that reports the end of the first of its leases to end (as a
+// critical section over several locks must) keeps the transaction from
+// committing once any of them has ended.
+func (k *Tokens) TxAll(ctx context.Context, db DB, claims map[string]token.Token, fn func(pgx.Tx) error) error {
+	if err := txArgs(db, fn); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced transaction: %w", err)
+	}
+	c, err := resolveAll(ctx, k.check, claims)
+	if err != nil {
+		return err
+	}
+	return k.tx(ctx, db, c, fn)
+}
+
+// txArgs validates what every fenced transaction gets.
+func txArgs(db DB, fn func(pgx.Tx) error) error {
+	switch {
+	case db == nil:
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	case fn == nil:
+		return fmt.Errorf("%w: nil fn", ErrBadInput)
+	}
+	return nil
+}
+
+// tx is Tx and TxAll once the claims are resolved and admitted.
+func (k *Tokens) tx(ctx context.Context, db DB, c claims, fn func(pgx.Tx) error) error {
 	if outer, ok := db.(pgx.Tx); ok {
-		return k.nestedTx(ctx, outer, resource, t, v, fn)
+		return k.nestedTx(ctx, outer, c, fn)
 	}
 	conn, _ := db.(*pgx.Conn)
-	if c, ok := db.(interface{ Conn() *pgx.Conn }); ok { // *pgxpool.Conn
-		conn = c.Conn()
+	if pc, ok := db.(interface{ Conn() *pgx.Conn }); ok { // *pgxpool.Conn
+		conn = pc.Conn()
 	}
 	if conn != nil && conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and COMMIT would end the caller's
@@ -168,9 +236,9 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	}
 
 	if !k.lazy {
-		return k.eagerTx(ctx, db, resource, t, v, fn)
+		return k.eagerTx(ctx, db, c, fn)
 	}
-	lt := &lazyTx{k: k, db: db, resource: resource, t: t, v: v, ctx: ctx}
+	lt := &lazyTx{k: k, db: db, c: c, ctx: ctx}
 	lt.deadline, lt.hasDeadline = ctx.Deadline()
 	ended := false
 	defer func() {
@@ -187,50 +255,53 @@ func (k *Tokens) Tx(ctx context.Context, db DB, resource string, t token.Token, 
 	}
 	if lt.tx == nil {
 		// fn sent nothing: the claim is all there is to do.
-		if exp, ok := leaseExpiry(ctx, t); ok && k.hold >= 0 && !time.Now().Before(exp) {
-			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, ErrHoldExpired)
+		if exp, ok := leaseExpiry(ctx, c); ok && k.hold >= 0 && !time.Now().Before(exp) {
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), ErrHoldExpired)
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
 		}
 		ended = true
-		return k.claim(ctx, db, resource, t, v)
+		return k.claim(ctx, db, c)
 	}
-	if err := lt.b.ended(resource); err != nil {
+	if err := lt.b.ended(c.name()); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
 	}
 	ended = true // commit ends the transaction either way
-	return k.commit(ctx, db, lt.tx, resource, lt.b, lt.txid)
+	return k.commit(ctx, db, lt.tx, c.name(), lt.b, lt.txid)
 }
 
 // eagerTx is Tx on a pool or a connection: BEGIN and the claim in one
 // round trip, then fn on the plain transaction once the claim holds, then
 // COMMIT. A refused claim rolls back before fn ever runs.
-func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
+func (k *Tokens) eagerTx(ctx context.Context, db DB, c claims, fn func(pgx.Tx) error) error {
 	dl, hasDl := ctx.Deadline()
 	for attempts, retries := 0, 0; attempts < maxAttempts; {
-		bound, err := k.bound(ctx, t, dl, hasDl)
+		bound, err := k.bound(ctx, c, dl, hasDl)
 		if err != nil {
-			return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+			return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
 		}
 		var b pgx.Batch
 		b.BeginTx(pgx.TxOptions{})
-		b.Queue(k.txClaimSQL, resource, v, bound.idleMs, bound.leaseUs)
+		b.Queue(pick(c, k.txClaimSQL, k.txClaimAllSQL), claimArgs(c, bound.idleMs, bound.leaseUs)...)
 		br := db.SendBatch(ctx, &b)
 		tx := br.Tx()
 		if tx == nil { // a DB of the caller's own making
 			_ = br.Close()
 			return fmt.Errorf("%w: %T.SendBatch ignores Batch.BeginTx", ErrBadInput, db)
 		}
-		var claimed bool
-		var snap *int64
-		var txid int64
+		var (
+			claimed bool
+			i       int
+			snap    *int64
+			txid    int64
+		)
 		_, err = br.Exec() // BEGIN
 		if err == nil {
-			err = br.QueryRow().Scan(&claimed, &snap, nil, nil, &txid)
+			claimed, i, snap, err = scanClaim(br.QueryRow(), c, nil, nil, &txid)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -245,15 +316,19 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 				retries++
 				continue
 			}
-			if floor, ok := floorRaise(err); ok && floor > t {
-				return &token.StaleError{Resource: resource, Presented: t, Current: floor}
+			if floor, ok := floorRaise(err); ok {
+				if done, err := k.floorStale(ctx, db, c, floor); done {
+					return err
+				}
+				attempts++
+				continue
 			}
-			return k.wrapErr("claim "+resource+" in", err)
+			return k.wrapErr("claim "+c.name()+" in", err)
 		}
 		if !claimed {
 			// Still inside the transaction: a fresh statement reads the
-			// mark if the claim's snapshot lagged.
-			done, err := k.refused(ctx, tx, resource, t, claimed, snap)
+			// marks if the claim's snapshot lagged.
+			done, err := k.refused(ctx, tx, c, i, snap)
 			rollback(ctx, tx)
 			if done {
 				return err
@@ -261,15 +336,15 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, resource string, t token.To
 			attempts++
 			continue
 		}
-		return k.run(ctx, db, tx, resource, fn, bound, txid)
+		return k.run(ctx, db, tx, c.name(), fn, bound, txid)
 	}
-	return fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", resource, k.name, maxAttempts)
+	return k.errNoRefusal(c)
 }
 
-// run calls fn in tx, which holds the claim (transaction id txid, bounds
-// b), and commits; it rolls back when fn fails or panics, ctx ends or the
-// lease has ended.
-func (k *Tokens) run(ctx context.Context, db DB, tx pgx.Tx, resource string, fn func(pgx.Tx) error, b txBound, txid int64) (err error) {
+// run calls fn in tx, which holds the claim of the resources named name
+// (transaction id txid, bounds b), and commits; it rolls back when fn
+// fails or panics, ctx ends or the lease has ended.
+func (k *Tokens) run(ctx context.Context, db DB, tx pgx.Tx, name string, fn func(pgx.Tx) error, b txBound, txid int64) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
@@ -279,40 +354,40 @@ func (k *Tokens) run(ctx context.Context, db DB, tx pgx.Tx, resource string, fn 
 	if err := fn(tx); err != nil {
 		return holdEnded(err)
 	}
-	if err := b.ended(resource); err != nil {
+	if err := b.ended(name); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", name, err)
 	}
 	committed = true // commit ends the transaction either way
-	return k.commit(ctx, db, tx, resource, b, txid)
+	return k.commit(ctx, db, tx, name, b, txid)
 }
 
 // nestedTx is Tx inside the caller's transaction, on a savepoint.
-func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, resource string, t token.Token, v int64, fn func(pgx.Tx) error) error {
+func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, c claims, fn func(pgx.Tx) error) error {
 	sp, err := outer.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: savepoint for %s: %w", resource, err)
+		return fmt.Errorf("postgres: savepoint for %s: %w", c.name(), err)
 	}
 	released := false
 	defer func() {
 		if !released {
-			rollback(ctx, sp)
+			rollback(ctx, sp) // undoes the claims of a refused TxAll too
 		}
 	}()
-	if err := k.claim(ctx, sp, resource, t, v); err != nil {
+	if err := k.claim(ctx, sp, c); err != nil {
 		return err
 	}
 	if err := fn(sp); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced transaction on %s: %w", resource, err)
+		return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
 	}
 	released = true
 	if err := sp.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: release savepoint for %s: %w", resource, err)
+		return fmt.Errorf("postgres: release savepoint for %s: %w", c.name(), err)
 	}
 	return nil
 }
@@ -369,11 +444,9 @@ func errRows(err error) pgx.Rows {
 // and the connection stays in the transaction until Tx ends it, never
 // returning to a pool while fn may still hold it.
 type lazyTx struct {
-	k        *Tokens
-	db       DB
-	resource string
-	t        token.Token
-	v        int64
+	k  *Tokens
+	db DB
+	c  claims
 
 	// The deadline of Tx's context, for the hold bound: fn's statements
 	// come with contexts of their own.
@@ -403,14 +476,14 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 		if begin {
 			b.BeginTx(pgx.TxOptions{})
 		}
-		bound, err := lt.k.bound(lt.ctx, lt.t, lt.deadline, lt.hasDeadline)
+		bound, err := lt.k.bound(lt.ctx, lt.c, lt.deadline, lt.hasDeadline)
 		if err != nil {
-			lt.claimErr = fmt.Errorf("postgres: fenced transaction on %s: %w", lt.resource, err)
+			lt.claimErr = fmt.Errorf("postgres: fenced transaction on %s: %w", lt.c.name(), err)
 			return nil, nil, lt.claimErr
 		}
 		lt.b = bound
 		b.Queue(`SAVEPOINT fenceguard_claim`)
-		b.Queue(lt.k.claimOrFailSQL, lt.resource, lt.v, bound.idleMs, bound.leaseUs)
+		b.Queue(pick(lt.c, lt.k.claimOrFailSQL, lt.k.claimOrFailAllSQL), claimArgs(lt.c, bound.idleMs, bound.leaseUs)...)
 		b.Queue(`RELEASE SAVEPOINT fenceguard_claim`)
 		if sql != "" {
 			b.Queue(sql, args...)
@@ -441,7 +514,7 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			lt.claimed = true
 			if sql == "" {
 				if err := br.Close(); err != nil {
-					lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
+					lt.claimErr = lt.k.wrapErr("claim "+lt.c.name()+" in", err)
 					return nil, nil, lt.claimErr
 				}
 				return nil, nil, nil
@@ -471,37 +544,39 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 			continue
 		}
 		if !isStaleRaise(err) {
-			lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
+			lt.claimErr = lt.k.wrapErr("claim "+lt.c.name()+" in", err)
 			return nil, nil, lt.claimErr
 		}
-		cur, err := lt.reread(ctx)
-		if err != nil {
-			lt.claimErr = lt.k.wrapErr("claim "+lt.resource+" in", err)
-			return nil, nil, lt.claimErr
-		}
-		if cur > lt.t {
-			lt.claimErr = &token.StaleError{Resource: lt.resource, Presented: lt.t, Current: cur}
+		done, err := lt.reread(ctx)
+		if done {
+			lt.claimErr = err
 			return nil, nil, lt.claimErr
 		}
 		attempts++
 	}
-	lt.claimErr = fmt.Errorf("postgres: claim %s in %s: the mark kept changing under %d attempts", lt.resource, lt.k.name, maxAttempts)
+	lt.claimErr = lt.k.errNoRefusal(lt.c)
 	return nil, nil, lt.claimErr
 }
 
-// reread undoes the refused claim and reads the mark with a fresh
+// reread undoes the refused claim and reads the marks with a fresh
 // snapshot: the claim's own snapshot may predate the commit that refused
-// it. Two round trips, but only for a refusal: in the failed transaction
-// nothing but the rollback can even be prepared, and pgx has dropped the
-// batch's prepared statements after its error.
-func (lt *lazyTx) reread(ctx context.Context) (token.Token, error) {
+// it. It returns the [*token.StaleError] of the first resource whose mark
+// is above its token, or done false when none is (the claim is then sent
+// again). Two round trips, but only for a refusal: in the failed
+// transaction nothing but the rollback can even be prepared, and pgx has
+// dropped the batch's prepared statements after its error.
+func (lt *lazyTx) reread(ctx context.Context) (done bool, err error) {
 	// Without arguments pgx uses the simple protocol, which takes two
 	// statements in one query.
 	if _, err := lt.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceguard_claim; RELEASE SAVEPOINT fenceguard_claim`); err != nil {
-		return 0, err
+		return true, lt.k.wrapErr("claim "+lt.c.name()+" in", err)
 	}
-	cur, _, err := lt.k.highWater(ctx, lt.tx, lt.resource)
-	return cur, err
+	done, err = lt.k.refused(ctx, lt.tx, lt.c, len(lt.c), nil)
+	var se *token.StaleError
+	if err != nil && !errors.As(err, &se) {
+		err = lt.k.wrapErr("claim "+lt.c.name()+" in", err)
+	}
+	return done, err
 }
 
 // ensure claims before a method that cannot carry the claim along.

@@ -32,9 +32,9 @@ var (
 // (NULL once the id is too old for the server to tell). It unwraps to
 // [ErrCommitUnknown] and to the error that cut the COMMIT short.
 type CommitUnknownError struct {
-	Resource string
-	TxID     int64 // txid_current() of the transaction
-	Err      error // what cut the COMMIT short
+	Resource string // the resource of Tx; those of TxAll in order, joined by ", "
+	TxID     int64  // txid_current() of the transaction
+	Err      error  // what cut the COMMIT short
 }
 
 func (e *CommitUnknownError) Error() string {
@@ -53,7 +53,7 @@ type txBound struct {
 }
 
 // ended returns an error wrapping ErrHoldExpired when b has a lease and
-// it has ended.
+// it has ended; resource names the transaction's resources.
 func (b txBound) ended(resource string) error {
 	if b.leaseUs <= 0 {
 		return nil
@@ -64,19 +64,25 @@ func (b txBound) ended(resource string) error {
 	return nil
 }
 
-// leaseExpiry returns the end of the lease behind ctx's token when t is
-// that token.
-func leaseExpiry(ctx context.Context, t token.Token) (time.Time, bool) {
-	if _, ct, ok := token.FromContext(ctx); !ok || ct != t {
+// leaseExpiry returns the end of the lease behind ctx's token when that
+// token is one of c's.
+func leaseExpiry(ctx context.Context, c claims) (time.Time, bool) {
+	_, ct, ok := token.FromContext(ctx)
+	if !ok {
 		return time.Time{}, false
 	}
-	return token.Expiry(ctx)
+	for _, x := range c {
+		if x.t == ct {
+			return token.Expiry(ctx)
+		}
+	}
+	return time.Time{}, false
 }
 
-// bound computes the bounds of a transaction whose claim is sent now,
-// under ctx (Tx's context, deadline dl if hasDl) for token t. It fails
-// with ErrHoldExpired when the lease has already ended.
-func (k *Tokens) bound(ctx context.Context, t token.Token, dl time.Time, hasDl bool) (txBound, error) {
+// bound computes the bounds of a transaction whose claims c are sent now,
+// under ctx (Tx's context, deadline dl if hasDl). It fails with
+// ErrHoldExpired when the lease has already ended.
+func (k *Tokens) bound(ctx context.Context, c claims, dl time.Time, hasDl bool) (txBound, error) {
 	b := txBound{ctx: ctx}
 	if k.hold < 0 {
 		return b, nil
@@ -85,7 +91,7 @@ func (k *Tokens) bound(ctx context.Context, t token.Token, dl time.Time, hasDl b
 	if d == 0 {
 		d = defaultHoldTimeout
 	}
-	if exp, ok := leaseExpiry(ctx, t); ok {
+	if exp, ok := leaseExpiry(ctx, c); ok {
 		left := time.Until(exp)
 		if left <= 0 {
 			return b, ErrHoldExpired
