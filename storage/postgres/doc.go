@@ -52,15 +52,18 @@
 //	})
 //
 // [TxAll] is Tx over several resources, each with its own token — the
-// resource side of a critical section over several locks. One statement
+// resource side of a critical section over several locks, such as
+// guard.DoAll, whose map of tokens it takes as it is. One statement
 // claims every resource, in sorted order, so that transactions over
 // overlapping sets never deadlock each other; all or nothing: one stale
 // token refuses the whole transaction, moves no mark, and the
 // [*token.StaleError] names the first refused resource.
 //
-//	err := postgres.TxAll(ctx, pool, map[string]token.Token{"acct:alice": t1, "acct:bob": t2}, func(tx pgx.Tx) error {
-//		// debit one account, credit the other
-//		return nil
+//	err := g.DoAll(ctx, []string{"acct:alice", "acct:bob"}, func(ctx context.Context, tokens map[string]token.Token) error {
+//		return postgres.TxAll(ctx, pool, tokens, func(tx pgx.Tx) error {
+//			// debit one account, credit the other
+//			return nil
+//		})
 //	})
 //
 // Column mode and table mode keep separate marks: a row's in its token

@@ -190,11 +190,11 @@ func TxAll(ctx context.Context, db DB, claims map[string]token.Token, fn func(pg
 // cancelled ctx, [*CommitUnknownError] whose Resource names every
 // resource, joined by ", "), ClaimWithFirstStatement, the isolation
 // levels, a caller's transaction as db, and the hold bound. The
-// transaction follows the lease end ctx reports ([token.Expiry]) when
-// ctx's own token ([token.FromContext]) is one of the claims' tokens: a
-// context that reports the end of the first of its leases to end (as a
-// critical section over several locks must) keeps the transaction from
-// committing once any of them has ended.
+// transaction follows the lease end ctx reports ([token.Expiry]) when one
+// of the claims' tokens is the one ctx carries for that resource
+// ([token.Lookup]) or ctx's own ([token.FromContext]); guard's multi-key
+// form reports the earliest end of its leases, so the transaction cannot
+// commit once any of them has ended.
 func (k *Tokens) TxAll(ctx context.Context, db DB, claims map[string]token.Token, fn func(pgx.Tx) error) error {
 	if err := txArgs(db, fn); err != nil {
 		return err

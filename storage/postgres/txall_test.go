@@ -274,6 +274,32 @@ func TestTxAllCanonicalOrder(t *testing.T) {
 	}
 }
 
+// Zero tokens are taken, resource by resource, from a context that
+// carries several locks' tokens; a resource whose token the context does
+// not carry is refused with ErrMissing, and nothing is sent.
+func TestTxAllFromContext(t *testing.T) {
+	pool := accounts(t)
+	ctx := ctxFor(t, time.Minute)
+	held := token.NewContext(token.NewContext(ctx, "acct:a", 6), "acct:b", 7)
+	if err := postgres.TxAll(held, pool, map[string]token.Token{"acct:a": 0, "acct:b": 0, "acct:c": 4}, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for r, want := range map[string]token.Token{"acct:a": 6, "acct:b": 7, "acct:c": 4} {
+		if hw := highWater(t, pool, r); hw != want {
+			t.Errorf("%s at %d, want %d", r, hw, want)
+		}
+	}
+	before := dump(t, pool, "fence_tokens")
+	db := &countingDB{DB: pool}
+	err := postgres.TxAll(held, db, map[string]token.Token{"acct:a": 0, "acct:c": 0}, func(pgx.Tx) error { return nil })
+	if !errors.Is(err, token.ErrMissing) {
+		t.Fatalf("a resource the context has no token for = %v, want ErrMissing", err)
+	}
+	if n := db.calls.Load(); n != 0 || dump(t, pool, "fence_tokens") != before {
+		t.Fatalf("a refused TxAll sent %d calls or moved a mark", n)
+	}
+}
+
 // A forged token among honest ones is refused before anything is sent:
 // no mark moves, fn does not run.
 func TestTxAllForgedMovesNothing(t *testing.T) {
@@ -402,6 +428,21 @@ func TestTxAllLeaseBound(t *testing.T) {
 			})
 			if !errors.Is(err, postgres.ErrHoldExpired) {
 				t.Fatalf("a lease ended before the claim: %v, want ErrHoldExpired", err)
+			}
+			if n := db.calls.Load(); n != 0 || rows(t, pool) != 0 {
+				t.Fatalf("a lease ended before the claim sent %d calls or left marks", n)
+			}
+
+			// The context of a critical section over a and c (c
+			// innermost), whose first lease has ended: a transaction on a
+			// alone follows it too.
+			both := token.WithExpiry(token.NewContext(token.NewContext(ctx, "acct:a", 5), "acct:c", 8),
+				func() time.Time { return time.Now().Add(-time.Millisecond) })
+			err = m.txAll(both, db, map[string]token.Token{"acct:a": 0}, func(tx pgx.Tx) error {
+				return transfer(ctx, tx, "a", "b", 10)
+			})
+			if !errors.Is(err, postgres.ErrHoldExpired) {
+				t.Fatalf("a's token in a context whose first lease ended: %v, want ErrHoldExpired", err)
 			}
 			if n := db.calls.Load(); n != 0 || rows(t, pool) != 0 {
 				t.Fatalf("a lease ended before the claim sent %d calls or left marks", n)

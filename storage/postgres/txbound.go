@@ -64,8 +64,9 @@ func (b txBound) ended(resource string) error {
 	return nil
 }
 
-// leaseExpiry returns the end of the lease behind ctx's token when that
-// token is one of c's.
+// leaseExpiry returns the end of the lease ctx reports when one of c's
+// tokens is ctx's own or the one ctx carries for that claim's resource
+// (guard's multi-key form reports the earliest end of its leases).
 func leaseExpiry(ctx context.Context, c claims) (time.Time, bool) {
 	_, ct, ok := token.FromContext(ctx)
 	if !ok {
@@ -73,6 +74,9 @@ func leaseExpiry(ctx context.Context, c claims) (time.Time, bool) {
 	}
 	for _, x := range c {
 		if x.t == ct {
+			return token.Expiry(ctx)
+		}
+		if lt, ok := token.Lookup(ctx, x.resource); ok && lt == x.t {
 			return token.Expiry(ctx)
 		}
 	}
