@@ -156,3 +156,76 @@ func ExampleTx_guarded() {
 	// first holder's token, refused: true sku:42
 	// stock: 21
 }
+
+// A transfer between two accounts, each guarded by its own lock: guard's
+// DoAll holds both keys and hands fn their tokens, which TxAll claims
+// together before moving the money. A holder whose tokens are stale —
+// here the first one, resumed after a newer holder of both accounts —
+// is refused as a whole, and the error names the account. It runs
+// against the database at DATABASE_URL, as Example does.
+func ExampleTxAll_guarded() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@localhost:5432/postgres"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_accounts (id text PRIMARY KEY, balance bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO example_accounts VALUES ('alice', 100), ('bob', 100)
+ ON CONFLICT (id) DO UPDATE SET balance = 100`); err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool); err != nil { // the fence_tokens table
+		log.Fatal(err)
+	}
+	g, err := guard.New(memlock.New(), guard.Options{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	transfer := func(ctx context.Context, tokens map[string]token.Token, from, to string, amount int64) error {
+		return postgres.TxAll(ctx, pool, tokens, func(tx pgx.Tx) error {
+			var balance int64
+			err := tx.QueryRow(ctx, `UPDATE example_accounts SET balance = balance - $2 WHERE id = $1 RETURNING balance`, from, amount).Scan(&balance)
+			if err != nil {
+				return err
+			}
+			if balance < 0 {
+				return errors.New("insufficient funds")
+			}
+			_, err = tx.Exec(ctx, `UPDATE example_accounts SET balance = balance + $2 WHERE id = $1`, to, amount)
+			return err
+		})
+	}
+	accounts := []string{"acct:bob", "acct:alice"} // in any order
+
+	var first map[string]token.Token
+	err = g.DoAll(ctx, accounts, func(ctx context.Context, tokens map[string]token.Token) error {
+		first = tokens
+		return transfer(ctx, tokens, "alice", "bob", 30)
+	})
+	fmt.Println("first holder moves 30:", err)
+	err = g.DoAll(ctx, accounts, func(ctx context.Context, tokens map[string]token.Token) error {
+		return transfer(ctx, tokens, "bob", "alice", 10)
+	})
+	fmt.Println("second holder moves 10 back:", err)
+	// The first holder again, with its old tokens: both are below the
+	// second holder's, and the first refused in order is alice's.
+	err = transfer(ctx, first, "alice", "bob", 30)
+	var stale *token.StaleError
+	fmt.Println("first holder's tokens, refused:", errors.As(err, &stale), stale.Resource)
+	for _, id := range []string{"alice", "bob"} {
+		var balance int64
+		if err := pool.QueryRow(ctx, `SELECT balance FROM example_accounts WHERE id = $1`, id).Scan(&balance); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(id, balance)
+	}
+	// Output:
+	// first holder moves 30: <nil>
+	// second holder moves 10 back: <nil>
+	// first holder's tokens, refused: true acct:alice
+	// alice 80
+	// bob 120
+}
