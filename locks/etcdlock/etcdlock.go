@@ -171,7 +171,11 @@ func (l *Locker) secs(ttl time.Duration) int64 { return seconds(ttl + l.o.LockDe
 // reused idle one — as it is when at least two thirds of its TTL are left,
 // else refreshed by a keep-alive sent alongside the caller's next request —
 // or a new grant.
-func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh func() (time.Time, error), err error) {
+//
+// refresh reports doubt when the keep-alive failed without an answer: it
+// may still reach the server later, so the lease must not serve another
+// grant after this one (see Lease.reusable).
+func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh func() (deadline time.Time, doubt bool, err error), err error) {
 	secs := l.secs(ttl)
 	l.mu.Lock()
 	if l.closed {
@@ -190,7 +194,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 		if left >= 2*ttl/3 {
 			// Fresh enough: the holder's first renewal, a third of a TTL
 			// from now, comes well before it runs out.
-			return il.id, func() (time.Time, error) { return il.deadline, nil }, nil
+			return il.id, func() (time.Time, bool, error) { return il.deadline, false, nil }, nil
 		}
 		sent := time.Now()
 		done := make(chan error, 1)
@@ -198,14 +202,14 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 			_, err := l.c.KeepAliveOnce(ctx, il.id)
 			done <- err
 		}()
-		return il.id, func() (time.Time, error) {
+		return il.id, func() (time.Time, bool, error) {
 			if err := <-done; err != nil {
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					return time.Time{}, err
+					return time.Time{}, false, err
 				}
-				return il.deadline, nil // keep-alive failed: keep the old estimate
+				return il.deadline, true, nil // keep-alive failed: keep the old estimate
 			}
-			return sent.Add(ttl), nil
+			return sent.Add(ttl), false, nil
 		}, nil
 	}
 	l.mu.Unlock()
@@ -214,7 +218,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 	if err != nil {
 		return 0, nil, err
 	}
-	return resp.ID, func() (time.Time, error) { return sent.Add(ttl), nil }, nil
+	return resp.ID, func() (time.Time, bool, error) { return sent.Add(ttl), false, nil }, nil
 }
 
 // putBack keeps a lease that holds no key for reuse. One that a later
@@ -402,7 +406,10 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	// compaction, and the range over the queue walks every name the index
 	// holds ("Bounded state" in docs/design.md). A lease serves one grant
 	// at a time, and goes back to the pool only once its grant's key is
-	// known deleted, so a deletion by this name never meets a later grant.
+	// known deleted and nothing of that grant — a delete, a keep-alive —
+	// can still reach the server (Lease.reusable), so a late deletion by
+	// this name never meets a later grant, nor a late keep-alive extends
+	// one.
 	s := &Lease{l: l, c: l.c, key: key, id: id, ttl: ttl, myKey: fmt.Sprintf("%s%x", q, int64(id)),
 		lost: make(chan struct{}), watchReady: make(chan struct{})}
 	put := clientv3.OpPut(s.myKey, "", clientv3.WithLease(id))
@@ -420,7 +427,8 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 			Then(put).
 			Commit()
 	}
-	deadline, kerr := refresh()
+	deadline, doubt, kerr := refresh()
+	s.doubt = doubt
 	if err != nil {
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The transaction may have been applied though its reply was
@@ -445,7 +453,9 @@ func (l *Locker) join(ctx context.Context, key string, ttl time.Duration, wait b
 	s.deadline = deadline
 	if !resp.Succeeded {
 		if !wait {
-			l.putBack(id, ttl, deadline)
+			if !doubt {
+				l.putBack(id, ttl, deadline)
+			}
 			return nil, locks.ErrNotObtained
 		}
 		// Our key exists already: a grant with this lease was not cleaned
@@ -525,6 +535,9 @@ func (s *Lease) waitTurn(ctx context.Context, q string) error {
 		case <-keepAlive.C:
 			sent := time.Now()
 			if _, err := s.c.KeepAliveOnce(ctx, s.id); err != nil {
+				s.mu.Lock()
+				s.doubt = true
+				s.mu.Unlock()
 				return err
 			}
 			s.mu.Lock()
@@ -581,6 +594,9 @@ func (s *Lease) refresh(ctx context.Context) (held bool, err error) {
 		if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
 			return false, nil
 		}
+		s.mu.Lock()
+		s.doubt = true
+		s.mu.Unlock()
 		return false, kerr
 	}
 	if err != nil {
@@ -608,6 +624,8 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time // guarded by mu
 	released bool      // guarded by mu
+	renewing int       // guarded by mu; Renew calls in flight
+	doubt    bool      // guarded by mu; a call on the lease may still reach the server
 
 	lost    chan struct{} // made with the Lease; closed by the watch behind Lost
 	lostWhy error         // written once, before lost is closed
@@ -777,8 +795,12 @@ func (s *Lease) abandon(ctx context.Context) {
 	}
 	s.l.cleanup.Run(ctx, func(ctx context.Context) {
 		resp, err := s.c.Txn(ctx).If(s.IsOwner()).Then(clientv3.OpDelete(s.myKey)).Commit()
-		if err == nil && resp.Succeeded {
-			s.l.putBack(s.id, s.ttl, s.Deadline())
+		s.mu.Lock()
+		reuse := err == nil && resp.Succeeded && s.reusable()
+		deadline := s.deadline
+		s.mu.Unlock()
+		if reuse {
+			s.l.putBack(s.id, s.ttl, deadline)
 		}
 	})
 }
@@ -791,10 +813,18 @@ func (s *Lease) abandon(ctx context.Context) {
 func (s *Lease) Renew(ctx context.Context) error {
 	s.mu.Lock()
 	released := s.released
+	if !released {
+		s.renewing++
+	}
 	s.mu.Unlock()
 	if released {
 		return locks.NotHeldError("renew", s.key, s.Token())
 	}
+	defer func() {
+		s.mu.Lock()
+		s.renewing--
+		s.mu.Unlock()
+	}()
 	select {
 	case <-s.lost:
 		return fmt.Errorf("%w: %w", locks.NotHeldError("renew", s.key, s.Token()), s.lostWhy)
@@ -811,10 +841,11 @@ func (s *Lease) Renew(ctx context.Context) error {
 }
 
 // Release implements [locks.Lease]: deletes the grant's key. The key is
-// named after the grant's lease, which serves no other grant until this
-// delete is known applied: only then is the lease kept for reuse. So a
-// late or retried release never removes a newer grant — one that failed
-// leaves the lease out of use — and a plain delete is as safe as one
+// named after the grant's lease, which serves another grant only when
+// nothing of this one can still reach the server (see reusable): a
+// release that failed — its delete perhaps applied later — leaves the
+// lease out of use even if a retry succeeds. So a late or retried release
+// never removes a newer grant, and a plain delete is as safe as one
 // guarded by the create revision, and cheaper (no transaction).
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
@@ -824,6 +855,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	resp, err := s.c.Delete(ctx, s.myKey)
 	if err != nil {
+		s.doubt = true // the delete may still be applied
 		return fmt.Errorf("etcdlock: release %q: %w", s.key, err)
 	}
 	s.stopWatching(ctx)
@@ -831,9 +863,20 @@ func (s *Lease) Release(ctx context.Context) error {
 		return locks.NotHeldError("release", s.key, s.Token())
 	}
 	s.released = true
-	s.l.putBack(s.id, s.ttl, s.deadline)
+	if s.reusable() {
+		s.l.putBack(s.id, s.ttl, s.deadline)
+	}
 	return nil
 }
+
+// reusable reports whether the lease may serve another grant once this
+// one's key is deleted (s.mu held): no Renew in flight, and no request of
+// this grant that failed without an answer. Such a request may still be
+// applied: a delete would remove the next grant's key, which has the same
+// name, and a keep-alive (of the lease, not of the grant) would extend the
+// next grant's lease, keeping a crashed holder's lock up to a TTL longer.
+// Such a lease is left to lapse at its TTL.
+func (s *Lease) reusable() bool { return s.renewing == 0 && !s.doubt }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
