@@ -47,6 +47,20 @@
 // TTL/3) moves it, the Locker deletes the znode then. Renew and Release act
 // only on this grant's znode, so a late call never touches a newer grant.
 //
+// # Lock-delay
+//
+// With [Options].LockDelay a lease that ends without a Release — not
+// renewed by its deadline, or lost with its connection — keeps its znode,
+// and so the lock, until the delay past its Deadline, and each session
+// asks for a timeout of TTL + LockDelay, so that a holder that crashed or
+// froze keeps its znodes as long; the lease's TTL and Deadline count the
+// TTL alone. A Release deletes the znode at once. TTL + LockDelay must fit
+// the server's maximum session timeout, or the acquire fails with
+// [locks.ErrInvalidArgument]. The longer session timeout makes
+// go-zookeeper notice a dead connection later (two thirds of it); the
+// lease's deadline does not move. What the delay buys and what it does
+// not: package locks, "Lock-delay".
+//
 // # Loss
 //
 // When the connection breaks the client cannot know whether the session

@@ -172,9 +172,11 @@ func (le *Lease) lose(why error, cleaned bool) {
 }
 
 // lapse runs at the deadline. A lease nobody renewed ends here even while its
-// session lives on, as the TTL promises, and its znode is deleted. It also
-// removes the znode of a lease lost to a broken connection whose session
-// survived, if no Release did it first.
+// session lives on, as the TTL promises, and its znode is deleted — the
+// lock-delay later: until then the znode keeps the lock from the next
+// waiter, and lapse runs again to delete it. It also removes the znode of
+// a lease lost to a broken connection whose session survived, if no
+// Release did it first.
 func (le *Lease) lapse() {
 	le.mu.Lock()
 	if le.state == held {
@@ -185,6 +187,13 @@ func (le *Lease) lapse() {
 		}
 		le.state, le.why = lost, errLapsed
 		close(le.done)
+	}
+	if le.state == lost && !le.cleaned {
+		if d := time.Until(le.deadline.Add(le.s.l.o.LockDelay)); d > 0 {
+			le.timer.Reset(d)
+			le.mu.Unlock()
+			return
+		}
 	}
 	clean := le.state == lost && !le.cleaned
 	le.cleaned = true

@@ -26,7 +26,7 @@ const authenticatedFormat = "authenticated: id=%d, timeout=%d"
 // the loss of a connection only after its last reply.
 type session struct {
 	l       *Locker
-	ttl     time.Duration // the timeout asked for
+	ttl     time.Duration // the leases' TTL; the timeout asked for is ttl + Options.LockDelay
 	conn    *zk.Conn      // set once dialled; nil if dialling failed
 	events  <-chan zk.Event
 	dialed  chan struct{} // closed when conn (or dialErr) is set
@@ -56,7 +56,7 @@ func newSession(l *Locker, ttl time.Duration) *session {
 // dial connects; the handshake goes on in go-zookeeper's own goroutine.
 func (s *session) dial() {
 	defer close(s.dialed)
-	conn, events, err := zk.Connect(s.l.servers, s.ttl,
+	conn, events, err := zk.Connect(s.l.servers, s.ttl+s.l.o.LockDelay,
 		zk.WithDialer(s.l.o.Dialer),
 		zk.WithLogger(s),
 		zk.WithLogInfo(true), // for authenticatedFormat; Printf forwards the rest

@@ -66,6 +66,18 @@ type Options struct {
 	// TryAcquire waits at least its TTL. Acquire waits as long as its
 	// context allows. Default 5s.
 	SessionWait time.Duration
+
+	// LockDelay keeps the lock from everyone else for this long past the
+	// Deadline of a lease that ended without a Release (not renewed in
+	// time, its connection lost, its renewal refused): the grant's znode
+	// stays until then, and each session asks for a timeout of its TTL +
+	// LockDelay, so that a holder that vanished keeps its znodes as long.
+	// The lease's TTL and Deadline count the TTL alone. A Release deletes
+	// the znode at once. 0, the default: no delay. At most
+	// [locks.MaxLockDelay], and TTL + LockDelay at most the server's
+	// maximum session timeout (40s by default), or acquires are refused.
+	// See "Lock-delay" in the package doc.
+	LockDelay time.Duration
 }
 
 // Auth is a credential for zk.Conn.AddAuth, e.g. {"digest", []byte("user:pw")}.
@@ -84,7 +96,7 @@ type Locker struct {
 	stop    context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[int64]*session // guarded by mu; by requested timeout in ms
+	sessions map[int64]*session // guarded by mu; by TTL in ms
 	closed   bool               // guarded by mu
 	wg       sync.WaitGroup     // goroutines started by spawn; Add under mu while !closed
 }
@@ -95,9 +107,9 @@ var _ locks.MinTTLer = (*Locker)(nil)
 
 // MinTTL implements [locks.MinTTLer]: [MinTTL]. TTLs between it and the
 // server's minimum session timeout are granted, with a longer session (see
-// "Sessions and TTLs" in the package doc); a TTL above the server's maximum
-// session timeout is refused at the first acquire, once the server said
-// what it grants.
+// "Sessions and TTLs" in the package doc); a TTL (plus the lock-delay)
+// above the server's maximum session timeout is refused at the first
+// acquire, once the server said what it grants.
 func (l *Locker) MinTTL() time.Duration { return MinTTL }
 
 // New returns a Locker for the ZooKeeper ensemble at servers (host:port;
@@ -139,6 +151,9 @@ func New(servers []string, o Options) (*Locker, error) {
 	}
 	if o.MaxSessions < 0 {
 		return nil, fmt.Errorf("%w: MaxSessions %d", locks.ErrInvalidArgument, o.MaxSessions)
+	}
+	if err := locks.CheckLockDelay(o.LockDelay); err != nil {
+		return nil, fmt.Errorf("zklock: %w", err)
 	}
 	bg, stop := context.WithCancel(context.Background())
 	return &Locker{
@@ -237,12 +252,13 @@ func (l *Locker) session(ctx context.Context, ttl time.Duration) (*session, view
 		}
 		return nil, view{}, err
 	}
-	if v.timeout < ttl {
+	if v.timeout < ttl+l.o.LockDelay {
 		// The server clamps timeouts to its maxSessionTimeout: such a
-		// session could expire before the lease's deadline.
+		// session could expire before the lease's deadline (plus the
+		// lock-delay).
 		l.drop(key, s)
-		return nil, view{}, fmt.Errorf("%w: ttl %v is above the server's maximum session timeout (it granted %v)",
-			locks.ErrInvalidArgument, ttl, v.timeout)
+		return nil, view{}, fmt.Errorf("%w: ttl %v plus lock-delay %v is above the server's maximum session timeout (it granted %v)",
+			locks.ErrInvalidArgument, ttl, l.o.LockDelay, v.timeout)
 	}
 	return s, v, nil
 }

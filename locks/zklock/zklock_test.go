@@ -105,7 +105,92 @@ func TestConformance(t *testing.T) {
 			p := harness.NewProxy(t, z.Addrs[0])
 			return newLocker(t, []string{p.Addr()}, z.Chroot+"/locks"), func() { _ = p.Blackhole() }
 		},
+		LockDelay: func(t *testing.T) (locks.Locker, time.Duration) {
+			z := zkserver.Shared(t)
+			return newDelayLocker(t, z.Addrs, z.Chroot+"/locks", lockDelay), lockDelay
+		},
 	})
+}
+
+// lockDelay is the tests' lock-delay: with the 2s and 30s TTLs, sessions
+// of 3.5s and 31.5s, within the harness server's 60s maximum.
+const lockDelay = 1500 * time.Millisecond
+
+func newDelayLocker(t testing.TB, addrs []string, prefix string, delay time.Duration) *zklock.Locker {
+	t.Helper()
+	l, err := zklock.New(addrs, zklock.Options{Prefix: prefix, Logger: quiet{}, LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, locks.MaxLockDelay + time.Millisecond} {
+		if _, err := zklock.New([]string{"127.0.0.1:1"}, zklock.Options{LockDelay: d}); !errors.Is(err, locks.ErrInvalidArgument) {
+			t.Errorf("LockDelay %v: %v, want ErrInvalidArgument", d, err)
+		}
+	}
+}
+
+// A session cannot outlive the server's maximum timeout (60s on the
+// harness's server): a TTL whose lock-delay would need a longer one is
+// refused, though the TTL alone fits.
+func TestLockDelayAboveMaxSessionTimeoutIsRefused(t *testing.T) {
+	z := zkserver.Shared(t)
+	l := newDelayLocker(t, z.Addrs, z.Chroot+"/locks", 40*time.Second)
+	ctx := ctxFor(t, time.Minute)
+	if _, err := l.Acquire(ctx, "k", 30*time.Second); !errors.Is(err, locks.ErrInvalidArgument) {
+		t.Fatalf("Acquire with TTL 30s and lock-delay 40s: %v, want ErrInvalidArgument", err)
+	}
+	lease, err := l.Acquire(ctx, "k", 2*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire with TTL 2s and lock-delay 40s: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose connection is cut loses its lease at once, but its znode
+// stays — the session may still live — and the waiter is granted no
+// earlier than the holder's Deadline plus the delay: the lost session, not
+// a Release.
+func TestLockDelayAfterLostConnection(t *testing.T) {
+	z := zkserver.Shared(t)
+	prefix := z.Chroot + "/locks"
+	ctx := ctxFor(t, time.Minute)
+	p := harness.NewProxy(t, z.Addrs[0])
+	holder, err := newDelayLocker(t, []string{p.Addr()}, prefix, lockDelay).Acquire(ctx, "k", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		lease, err := newDelayLocker(t, z.Addrs, prefix, lockDelay).Acquire(ctx, "k", 2*time.Second)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = lease.Release(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond) // let it queue; nothing to observe
+	_ = p.Cut()
+	select {
+	case <-holder.(locks.LossNotifier).Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut holder's lease was not reported lost")
+	}
+	at := <-got
+	if at.IsZero() {
+		t.FailNow()
+	}
+	if bound := holder.Deadline().Add(lockDelay); at.Before(bound) {
+		t.Errorf("waiter granted %v before the cut holder's Deadline plus the delay", bound.Sub(at))
+	}
 }
 
 // Waiters on different connections are served in the order they queued.
