@@ -8,6 +8,7 @@
 package memlockbench_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -34,4 +35,17 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	l := memlock.New()
 	var f token.MemoryFence
 	lockbench.SoakKeys(b, lockbench.FencedCycle(l, soakTTL, &f), []lockbench.Probe{lockbench.Client})
+}
+
+// BenchmarkDistinctKeysLockOnly is BenchmarkDistinctKeys without the
+// fence: what the Locker alone costs and keeps over b.N distinct keys.
+func BenchmarkDistinctKeysLockOnly(b *testing.B) {
+	l := memlock.New()
+	lockbench.SoakKeys(b, func(ctx context.Context, i int) error {
+		lease, err := l.Acquire(ctx, lockbench.DistinctKey(i), soakTTL)
+		if err != nil {
+			return err
+		}
+		return lease.Release(ctx)
+	}, []lockbench.Probe{lockbench.Client})
 }
