@@ -131,6 +131,46 @@ func BenchmarkTx(b *testing.B) {
 	})
 }
 
+// BenchmarkTxAll measures the claim of several resources: the fenced
+// transaction of BenchmarkTx on one resource against the same transaction
+// claiming two and four (TxAll: one statement), each client on resources
+// of its own. Rounds as in BenchmarkEnforcer.
+func BenchmarkTxAll(b *testing.B) {
+	pool := benchPool(b)
+	sets := make([][]map[string]token.Token, 9)
+	for id := range sets {
+		for _, n := range []int{2, 4} {
+			set := map[string]token.Token{}
+			for j := range n {
+				set[fmt.Sprintf("r%d:%d", j, id)] = 0
+			}
+			sets[id] = append(sets[id], set)
+		}
+	}
+	all := func(n int) func(ctx context.Context, id int64, tok token.Token, v int) error {
+		return func(ctx context.Context, id int64, tok token.Token, v int) error {
+			claims := make(map[string]token.Token, len(sets[id][n]))
+			for r := range sets[id][n] {
+				claims[r] = tok
+			}
+			return postgres.TxAll(ctx, pool, claims, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plainUpdate, id, v)
+				return err
+			})
+		}
+	}
+	compare(b, []benchMode{
+		{"table", func(ctx context.Context, id int64, tok token.Token, v int) error {
+			return postgres.Tx(ctx, pool, fmt.Sprint("r0:", id), tok, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plainUpdate, id, v)
+				return err
+			})
+		}},
+		{"all-2", all(0)},
+		{"all-4", all(1)},
+	})
+}
+
 // BenchmarkDecrement measures the canonical read-modify-write, one unit
 // sold: the plain UPDATE items SET stock = stock - 1 WHERE id = $1 AND
 // stock > 0 against the same statement fenced in column mode,
