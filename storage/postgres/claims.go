@@ -90,28 +90,37 @@ func resolveAll(ctx context.Context, check token.Check, m map[string]token.Token
 	return c, nil
 }
 
-// claimArgs returns the arguments of one of k's claim statements for c —
-// the statement for one resource, or the one over arrays for several —
-// followed by extra.
+// claimArgs returns the arguments of one of k's claim statements for c
+// (claimText), followed by extra: the resource and its token for one,
+// each resource and its token in order for several.
 func claimArgs(c claims, extra ...any) []any {
 	if len(c) == 1 {
 		return append([]any{c[0].resource, c[0].v}, extra...)
 	}
-	rs, vs := c.arrays()
-	return append([]any{rs, vs}, extra...)
-}
-
-// pick returns the text of a claim statement: one for one resource, many
-// for several.
-func pick(c claims, one, many string) string {
-	if len(c) == 1 {
-		return one
+	args := make([]any, 0, 2*len(c)+len(extra))
+	for _, x := range c {
+		args = append(args, x.resource, x.v)
 	}
-	return many
+	return append(args, extra...)
 }
 
-// scanClaim reads the answer of claimSQL or txClaimSQL (one resource) or
-// of claimAllSQL or txClaimAllSQL (several): whether every resource was
+// claimText returns the text of the claim statement of kind for c: k's
+// statement for one resource, or the one for len(c) resources.
+func (k *Tokens) claimText(kind claimKind, c claims) string {
+	if len(c) > 1 {
+		return k.allSQL(kind, len(c))
+	}
+	switch kind {
+	case claimTx:
+		return k.txClaimSQL
+	case claimOrFail:
+		return k.claimOrFailSQL
+	}
+	return k.claimSQL
+}
+
+// scanClaim reads the answer of a plain or tx claim statement
+// (claimText): whether every resource was
 // claimed and, if not, which one in order was refused first (i) and its
 // mark as of the statement's snapshot. rest receives the columns after
 // those.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,12 +96,10 @@ type Tokens struct {
 	floorSQL       string // → the floor of pruned marks, no row if none
 	pruneSQL       string // $1 age in µs, $2 batch size → (deleted, new floor or NULL)
 
-	// The same over several resources, $1 text[] and $2 bigint[] in
-	// claims order; the first refused resource is reported by its index.
-	claimAllSQL       string // → (all claimed, index of the first refused, its snapshot high-water)
-	txClaimAllSQL     string // → (all claimed, index, snapshot high-water, the settings, txid)
-	claimOrFailAllSQL string // → (claimed, the settings, txid), or an error unless all were claimed
-	marksSQL          string // $1 text[] → (the marks in order, NULL for none; the floor)
+	// The claims of several resources: built per count of resources
+	// (see allSQL), a claimKind and the count → the statement text.
+	allTexts sync.Map
+	marksSQL string // $1 text[] → (the marks in order, NULL for none; the floor)
 }
 
 // resetDoneSQL ends the floor trigger's exemption of Reset's insert.
@@ -210,25 +209,6 @@ SELECT EXISTS (SELECT FROM fenceguard_c), CASE WHEN NOT EXISTS (SELECT FROM fenc
  ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
  WHERE m.token <= excluded.token RETURNING true)
 SELECT CASE WHEN EXISTS (SELECT FROM fenceguard_c) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
-	// TxAll's claim: the same upsert over every resource in one
-	// statement, the rows proposed in claims order (Go's byte order, which
-	// is COLLATE "C"), so that the row locks are taken in that order.
-	// A refused resource is not advanced, but the others in the statement
-	// are: the transaction (or the savepoint, or claimOrFailAllSQL's error)
-	// undoes them, so a refusal moves nothing.
-	claimAll := `WITH fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` +
-		floorGateFromSQL(tbl, "u.resource", "u.token", ` FROM unnest($1::text[], $2::bigint[]) AS u(resource, token)`) + `
- ORDER BY u.resource COLLATE "C"
- ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
- WHERE m.token <= excluded.token RETURNING m.resource)`
-	k.claimAllSQL = claimAll + `,
-fenceguard_f AS (SELECT u.i, u.resource FROM unnest($1::text[]) WITH ORDINALITY AS u(resource, i)
- WHERE NOT EXISTS (SELECT FROM fenceguard_c c WHERE c.resource = u.resource) ORDER BY u.i LIMIT 1)
-SELECT NOT EXISTS (SELECT FROM fenceguard_f), (SELECT i - 1 FROM fenceguard_f),
- (SELECT coalesce((SELECT token FROM ` + tbl + ` WHERE resource = f.resource), (SELECT token FROM ` + tbl + ` WHERE resource = '')) FROM fenceguard_f f)`
-	k.txClaimAllSQL = k.claimAllSQL + `, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
-	k.claimOrFailAllSQL = claimAll + `
-SELECT CASE WHEN (SELECT count(*) FROM fenceguard_c) = cardinality($1::text[]) THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + holdSQL + `, ` + leaseSQL + `, txid_current()`
 	k.marksSQL = `SELECT array_agg(m.token ORDER BY u.i), (SELECT token FROM ` + tbl + ` WHERE resource = '')
  FROM unnest($1::text[]) WITH ORDINALITY AS u(resource, i) LEFT JOIN ` + tbl + ` m ON m.resource = u.resource`
 	k.highWaterSQL = `SELECT (SELECT token FROM ` + tbl + ` WHERE resource = $1), (SELECT token FROM ` + tbl + ` WHERE resource = '')`
@@ -258,6 +238,79 @@ const holdSQL = `set_config('idle_in_transaction_session_timeout', CASE
  WHEN $3::bigint <= 0 OR current_setting('idle_in_transaction_session_timeout')::interval
   BETWEEN interval '1 millisecond' AND $3::bigint * interval '1 millisecond'
  THEN current_setting('idle_in_transaction_session_timeout') ELSE $3::bigint::text END, true)`
+
+// claimKind is which of a claim's statements allSQL builds.
+type claimKind int
+
+const (
+	claimPlain  claimKind = iota // claimSQL's answer: (all claimed, index of the first refused, its snapshot high-water)
+	claimTx                      // txClaimSQL's: the same, then the settings and the txid
+	claimOrFail                  // claimOrFailSQL's: (claimed, the settings, txid), or an error unless all were claimed
+)
+
+// maxCachedClaims is the largest count of resources whose statement
+// texts a Tokens keeps; larger sets build theirs per call.
+const maxCachedClaims = 64
+
+// allSQL returns the statement of kind that claims n resources (n > 1) in
+// one statement: the upsert of claimSQL over a VALUES list of n rows, $1
+// and $2 the first resource and its token, $3 and $4 the second, and so
+// on; the tx and or-fail kinds take the hold bound and the lease as
+// $2n+1 and $2n+2. The rows are proposed in claims order (Go's byte
+// order, which is COLLATE "C"), so that the row locks are taken in that
+// order. A refused resource is not advanced, but the others in the
+// statement are: the transaction (or the savepoint, or claimOrFail's
+// error) undoes them, so a refusal moves nothing.
+//
+// A VALUES list rather than unnest over two arrays: a prepared statement
+// over arrays is planned for any length, so PostgreSQL's generic plan
+// looks dearer than a plan for the actual two or three resources and
+// every execution is planned anew, which doubled the claim's time; a
+// statement per count has one plan for every execution.
+func (k *Tokens) allSQL(kind claimKind, n int) string {
+	key := [2]int{int(kind), n}
+	if s, ok := k.allTexts.Load(key); ok {
+		return s.(string)
+	}
+	s := k.buildAllSQL(kind, n)
+	if n <= maxCachedClaims {
+		k.allTexts.Store(key, s)
+	}
+	return s
+}
+
+func (k *Tokens) buildAllSQL(kind claimKind, n int) string {
+	tbl := k.table
+	var b strings.Builder
+	b.WriteString(`WITH fenceguard_u (i, resource, token) AS (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(`, `)
+		}
+		fmt.Fprintf(&b, `(%d, $%d::text, $%d::bigint)`, i, 2*i+1, 2*i+2)
+	}
+	b.WriteString(`),
+fenceguard_c AS (INSERT INTO ` + tbl + ` AS m (resource, token, updated_at) ` + floorGateFromSQL(tbl, "u.resource", "u.token", ` FROM fenceguard_u u`) + `
+ ORDER BY u.resource COLLATE "C"
+ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+ WHERE m.token <= excluded.token RETURNING m.resource)`)
+	hold := strings.ReplaceAll(holdSQL, "$3::", "$"+strconv.Itoa(2*n+1)+"::")
+	lease := strings.ReplaceAll(leaseSQL, "$4::", "$"+strconv.Itoa(2*n+2)+"::")
+	if kind == claimOrFail {
+		b.WriteString(`
+SELECT CASE WHEN (SELECT count(*) FROM fenceguard_c) = ` + strconv.Itoa(n) + ` THEN true ELSE (SELECT '` + staleMarker + `'::text)::boolean END AS claimed, ` + hold + `, ` + lease + `, txid_current()`)
+		return b.String()
+	}
+	b.WriteString(`,
+fenceguard_f AS (SELECT u.i, u.resource FROM fenceguard_u u
+ WHERE NOT EXISTS (SELECT FROM fenceguard_c c WHERE c.resource = u.resource) ORDER BY u.i LIMIT 1)
+SELECT NOT EXISTS (SELECT FROM fenceguard_f), (SELECT i FROM fenceguard_f),
+ (SELECT coalesce((SELECT token FROM ` + tbl + ` WHERE resource = f.resource), (SELECT token FROM ` + tbl + ` WHERE resource = '')) FROM fenceguard_f f)`)
+	if kind == claimTx {
+		b.WriteString(`, ` + hold + `, ` + lease + `, txid_current()`)
+	}
+	return b.String()
+}
 
 // HighWater returns the highest token accepted for resource, or, if it has
 // no mark (none accepted, or pruned), the floor of pruned marks it is
@@ -311,9 +364,9 @@ func (k *Tokens) claim(ctx context.Context, q querier, c claims) error {
 			err     error
 		)
 		if len(c) == 1 || inTx {
-			claimed, i, snap, err = scanClaim(q.QueryRow(ctx, pick(c, k.claimSQL, k.claimAllSQL), claimArgs(c)...), c)
+			claimed, i, snap, err = scanClaim(q.QueryRow(ctx, k.claimText(claimPlain, c), claimArgs(c)...), c)
 		} else {
-			err = q.QueryRow(ctx, k.claimOrFailAllSQL, claimArgs(c, 0, 0)...).Scan(&claimed, nil, nil, nil)
+			err = q.QueryRow(ctx, k.claimText(claimOrFail, c), claimArgs(c, 0, 0)...).Scan(&claimed, nil, nil, nil)
 			if isStaleRaise(err) {
 				if _, ok := floorRaise(err); !ok {
 					claimed, i, err = false, len(c), nil

@@ -286,7 +286,7 @@ func (k *Tokens) eagerTx(ctx context.Context, db DB, c claims, fn func(pgx.Tx) e
 		}
 		var b pgx.Batch
 		b.BeginTx(pgx.TxOptions{})
-		b.Queue(pick(c, k.txClaimSQL, k.txClaimAllSQL), claimArgs(c, bound.idleMs, bound.leaseUs)...)
+		b.Queue(k.claimText(claimTx, c), claimArgs(c, bound.idleMs, bound.leaseUs)...)
 		br := db.SendBatch(ctx, &b)
 		tx := br.Tx()
 		if tx == nil { // a DB of the caller's own making
@@ -483,7 +483,7 @@ func (lt *lazyTx) start(ctx context.Context, sql string, args []any) (br pgx.Bat
 		}
 		lt.b = bound
 		b.Queue(`SAVEPOINT fenceguard_claim`)
-		b.Queue(pick(lt.c, lt.k.claimOrFailSQL, lt.k.claimOrFailAllSQL), claimArgs(lt.c, bound.idleMs, bound.leaseUs)...)
+		b.Queue(lt.k.claimText(claimOrFail, lt.c), claimArgs(lt.c, bound.idleMs, bound.leaseUs)...)
 		b.Queue(`RELEASE SAVEPOINT fenceguard_claim`)
 		if sql != "" {
 			b.Queue(sql, args...)
