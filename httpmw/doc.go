@@ -44,6 +44,17 @@
 //   - Middleware alone (weak): it refuses tokens already stale when the
 //     request arrives, not a request that loses the race after the claim.
 //
+// A route fences one resource. A request that needs several (a transfer
+// between two accounts) is fenced at the store instead: the handler
+// derives every key from the route, takes each key's token from the
+// request in a form of the application's own, and claims them all in one
+// all-or-nothing step (storage/postgres's TxAll), answering its refusal
+// with [WriteError]. The middleware cannot do it safely: pairing several
+// tokens with keys the client must not name leaves only their order in
+// repeated headers, which are refused as possibly tampered with; and a
+// [token.Fence] claims one key at a time, so a request refused on its
+// second key would already have moved its first key's mark.
+//
 // A token is a number, not a credential: [Options.Check] (default
 // [token.DefaultCheck], the clock bound) refuses tokens the lock cannot have
 // granted before they move any mark; use [token.SequencerCheck] with etcd's
