@@ -55,14 +55,21 @@ func (c claims) stale(i int, cur token.Token) error {
 	return &token.StaleError{Resource: c[i].resource, Presented: c[i].t, Current: cur}
 }
 
+// maxClaims is the most resources one claim statement takes: two
+// parameters each and two more, within PostgreSQL's 65,535.
+const maxClaims = (65535 - 2) / 2
+
 // resolveAll resolves and admits the claims of TxAll, in order: an empty
 // map or resource is [token.ErrNoResource], a zero token is the one ctx
 // carries for that very resource ([enforce.Resolve]), and every token
 // passes the check before anything is sent. The first refusal in order is
 // returned.
 func resolveAll(ctx context.Context, check token.Check, m map[string]token.Token) (claims, error) {
-	if len(m) == 0 {
+	switch {
+	case len(m) == 0:
 		return nil, fmt.Errorf("%w: fenced transaction on no resources: %w", ErrBadInput, token.ErrNoResource)
+	case len(m) > maxClaims:
+		return nil, fmt.Errorf("%w: fenced transaction on %d resources, more than the %d one statement can claim", ErrBadInput, len(m), maxClaims)
 	}
 	c := make(claims, 0, len(m))
 	for r, t := range m {

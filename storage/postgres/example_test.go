@@ -206,10 +206,10 @@ func ExampleTxAll() {
 	}
 }
 
-// Inside guard's multi-key form, the context carries every key's token:
-// zero tokens are taken from it, each for its own resource.
+// Inside guard.DoAll, the context carries every key's token: zero tokens
+// are taken from it, each for its own resource.
 func ExampleTxAll_fromContext() {
-	ctx := token.NewContext(token.NewContext(ctx, "acct:alice", tok), "acct:bob", tok+1) // what the multi-key form passes to fn
+	ctx := token.NewContext(token.NewContext(ctx, "acct:alice", tok), "acct:bob", tok+1) // what guard.DoAll passes to fn
 	err := postgres.TxAll(ctx, pool, map[string]token.Token{"acct:alice": 0, "acct:bob": 0}, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ANY($1)`, []string{"alice", "bob"})
 		return err

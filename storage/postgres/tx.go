@@ -182,7 +182,8 @@ func TxAll(ctx context.Context, db DB, claims map[string]token.Token, fn func(pg
 // [*token.ForgedError]; an empty or nil claims, or an empty resource,
 // wraps [token.ErrNoResource] (claims has no resource the context would
 // fill in); a zero token that the context does not carry for that
-// resource wraps [token.ErrMissing]. A zero token is the one the context
+// resource wraps [token.ErrMissing]; more than 32,766 resources (one
+// statement's parameters) is [ErrBadInput]. A zero token is the one the context
 // carries for that very resource ([token.FromContext]; a context of
 // guard's multi-key form carries every key's token).
 //

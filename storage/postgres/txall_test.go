@@ -336,6 +336,33 @@ func TestTxAllForgedMovesNothing(t *testing.T) {
 	}
 }
 
+// Sets larger than the statement texts a Tokens keeps are claimed all the
+// same, and refused all the same.
+func TestTxAllManyResources(t *testing.T) {
+	pool := accounts(t)
+	ctx := ctxFor(t, time.Minute)
+	claims := map[string]token.Token{}
+	for i := range 200 {
+		claims[fmt.Sprint("acct:", i)] = 5
+	}
+	if err := postgres.TxAll(ctx, pool, claims, func(tx pgx.Tx) error { return transfer(ctx, tx, "a", "b", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(t, pool); n != 200 {
+		t.Fatalf("%d marks, want 200", n)
+	}
+	exec(t, pool, `UPDATE fence_tokens SET token = 9 WHERE resource = 'acct:150'`)
+	before := dump(t, pool, "accounts", "fence_tokens")
+	for r := range claims {
+		claims[r] = 6
+	}
+	err := postgres.TxAll(ctx, pool, claims, func(tx pgx.Tx) error { return transfer(ctx, tx, "a", "b", 1) })
+	staleFor(t, err, "acct:150", 6, 9)
+	if got := dump(t, pool, "accounts", "fence_tokens"); got != before {
+		t.Fatalf("a refusal moved something")
+	}
+}
+
 // Arguments no call could succeed with: typed errors, nothing sent.
 func TestTxAllBadInput(t *testing.T) {
 	pool := accounts(t)
@@ -371,6 +398,13 @@ func TestTxAllBadInput(t *testing.T) {
 				t.Errorf("%s: %v, want %v", c.name, c.err, w)
 			}
 		}
+	}
+	tooMany := map[string]token.Token{}
+	for i := range 40000 {
+		tooMany[fmt.Sprint("acct:", i)] = 5
+	}
+	if err := postgres.TxAll(ctx, db, tooMany, nop); !errors.Is(err, postgres.ErrBadInput) {
+		t.Errorf("40,000 resources: %v, want ErrBadInput", err)
 	}
 	var re *token.RangeError
 	if err := unchecked.TxAll(ctx, db, map[string]token.Token{"acct:b": math.MaxUint64}, nop); !errors.As(err, &re) {
