@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,5 +137,70 @@ func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
 	}
 	if _, err := memlock.NewWithOptions(memlock.Options{LockDelay: locks.MaxLockDelay}); err != nil {
 		t.Errorf("LockDelay %v: %v", locks.MaxLockDelay, err)
+	}
+}
+
+type waiterKey struct{}
+
+// Waiters queued behind a lease that expires unreleased are served in the
+// order they queued once the lock-delay is over, none of them before it.
+func TestLockDelayKeepsFIFOAfterExpiry(t *testing.T) {
+	const ttl, delay = 100 * time.Millisecond, 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := memlock.NewWithOptions(memlock.Options{LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := make(chan int, 256) // which waiter waits, at every wait
+	memlock.SetHook(l, func(ctx context.Context, at string) {
+		if i, ok := ctx.Value(waiterKey{}).(int); ok && at == memlock.WaitHook {
+			select {
+			case waits <- i:
+			default:
+			}
+		}
+	})
+	first, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	type served struct {
+		i  int
+		at time.Time
+	}
+	order := make(chan served, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			lease, err := l.Acquire(context.WithValue(ctx, waiterKey{}, i), "k", time.Minute)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- served{i, time.Now()}
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		for w := range waits { // queued once it waits
+			if w == i {
+				break
+			}
+		}
+	}
+	bound := first.Deadline().Add(delay)
+	wg.Wait()
+	close(order)
+	want := 0
+	for s := range order {
+		if s.i != want {
+			t.Fatalf("waiter %d was served when waiter %d's turn came", s.i, want)
+		}
+		if s.at.Before(bound) {
+			t.Errorf("waiter %d served %v before the expired lease's Deadline plus the delay", s.i, bound.Sub(s.at))
+		}
+		want++
 	}
 }
