@@ -691,3 +691,71 @@ func TestLockDelayHoldsOnAPooledLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Waiters queued behind a lease that expires unreleased are served in the
+// order they queued once the lock-delay is over, none of them before it.
+func TestLockDelayKeepsFIFOAfterExpiry(t *testing.T) {
+	const ttl, delay = 2 * time.Second, 1500 * time.Millisecond
+	d := etcdserver.Shared(t)
+	c := newClient(t, d.Endpoints)
+	ctx := ctxFor(t, time.Minute)
+	newDelayLocker := func() *etcdlock.Locker {
+		l, err := etcdlock.New(newClient(t, d.Endpoints), etcdlock.Options{Prefix: d.Prefix, LockDelay: delay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	first, err := newDelayLocker().Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int64 {
+		resp, err := c.Get(ctx, d.Prefix+"k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	const n = 3
+	type served struct {
+		i  int
+		at time.Time
+	}
+	order := make(chan served, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := newDelayLocker()
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx, "k", 10*time.Second)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- served{i, time.Now()}
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		for deadline := time.Now().Add(10 * time.Second); queued() != int64(i+2); {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	bound := first.Deadline().Add(delay)
+	wg.Wait()
+	close(order)
+	want := 0
+	for s := range order {
+		if s.i != want {
+			t.Fatalf("waiter %d was served when waiter %d's turn came", s.i, want)
+		}
+		if s.at.Before(bound) {
+			t.Errorf("waiter %d served %v before the expired lease's Deadline plus the delay", s.i, bound.Sub(s.at))
+		}
+		want++
+	}
+}
