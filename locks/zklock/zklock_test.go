@@ -900,3 +900,51 @@ func TestFenceResetIsAudited(t *testing.T) {
 		}
 	}
 }
+
+// Waiters queued behind a lease that expires unreleased are served in the
+// order they queued once the lock-delay is over, none of them before it.
+func TestLockDelayKeepsFIFOAfterExpiry(t *testing.T) {
+	z := zkserver.Shared(t)
+	prefix := z.Chroot + "/locks"
+	c := inspect(t, z.Addrs)
+	ctx := ctxFor(t, time.Minute)
+	first, err := newDelayLocker(t, z.Addrs, prefix, lockDelay).Acquire(ctx, "k", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	type served struct {
+		i  int
+		at time.Time
+	}
+	order := make(chan served, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := newDelayLocker(t, z.Addrs, prefix, lockDelay)
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx, "k", 10*time.Second)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- served{i, time.Now()}
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(children(t, c, prefix, "k")) == i+2 })
+	}
+	bound := first.Deadline().Add(lockDelay)
+	wg.Wait()
+	close(order)
+	want := 0
+	for s := range order {
+		if s.i != want {
+			t.Fatalf("waiter %d was served when waiter %d's turn came", s.i, want)
+		}
+		if s.at.Before(bound) {
+			t.Errorf("waiter %d served %v before the expired lease's Deadline plus the delay", s.i, bound.Sub(s.at))
+		}
+		want++
+	}
+}
