@@ -84,6 +84,19 @@
 // wait for the move until their context ends; after a master dies, calls
 // fail until the cluster has promoted its replica.
 //
+// # Several keys
+//
+// [Locker.TryAcquireAll] tries several keys in one script, one round trip,
+// and grants them all or none, each on the condition of [Locker.TryAcquire]
+// and with a token and a lease of its own; package guard's AcquireAll,
+// TryAcquireAll and DoAll use it first. One script reaches one node only:
+// a single node or a Sentinel's master takes any keys; on a Cluster the
+// keys must share a hash slot, which keys sharing a hash tag do
+// ({order:7}:a, {order:7}:b), as do all keys under a prefix with a hash
+// tag of its own; on a [*redis.Ring] they must share a hash tag. Other sets
+// are refused before anything is sent, with [locks.ErrInvalidArgument],
+// and package guard then takes the keys one by one, in order.
+//
 // # Errors
 //
 // Besides package locks' errors ([locks.ErrNotObtained],

@@ -60,6 +60,7 @@ func source(names ...string) string {
 // each local function is a closure made anew.
 var (
 	acquireScript = redis.NewScript(source("acquire_fast", "decimal", "counter", "mint", "acquire"))
+	tryAllScript  = redis.NewScript(source("decimal", "counter", "mint", "tryall"))
 	renewScript   = redis.NewScript(source("renew"))
 	releaseScript = redis.NewScript(source("release_fast", "decimal", "counter", "mint", "handover", "release"))
 	abandonScript = redis.NewScript(source("decimal", "counter", "mint", "handover", "abandon"))

@@ -1,7 +1,9 @@
 -- Counter helpers of redislock's scripts; need decimal.lua.
 
-local function badCounter(c)
-  return redis.error_reply('ERR redislock: token counter ' .. KEYS[2] .. ' holds ' ..
+-- badCounter is the error reply of a malformed counter: the counter key
+-- ckey's (default KEYS[2]) value c.
+local function badCounter(c, ckey)
+  return redis.error_reply('ERR redislock: token counter ' .. (ckey or KEYS[2]) .. ' holds ' ..
     string.format('%q', string.sub(c, 1, 40)) .. ', not a token in 1..' .. MAX ..
     ' (or "token:offset", the offset in 1..' .. MAX .. ')')
 end

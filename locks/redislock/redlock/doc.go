@@ -40,6 +40,15 @@
 // of nodes keep their locks: a node restarted empty shortens it as it
 // shortens the lease (package locks, "Lock-delay").
 //
+// # Several keys
+//
+// Several keys (package guard's AcquireAll, TryAcquireAll, DoAll) are
+// taken one by one, in order: a Locker does not implement
+// [locks.MultiTryAcquirer]. All or none over a quorum would need every
+// key won on one common majority, each key's token minted and written
+// back there, and a roll-back on every node won when any key misses;
+// that is not built, so a set of n keys costs n acquires.
+//
 // # The token
 //
 // The token is minted from the nodes' counters: each node won reports its
