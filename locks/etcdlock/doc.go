@@ -52,6 +52,16 @@
 // without a delay. A Release deletes the key at once. What the delay buys
 // and what it does not: package locks, "Lock-delay".
 //
+// # Several keys
+//
+// [Locker.TryAcquireAll] tries up to [MaxTxnKeys] keys in one
+// transaction, one round trip once the idle leases it needs are pooled,
+// and grants them all or none, each on the condition of
+// [Locker.TryAcquire], with a key and a lease of its own; package guard's
+// AcquireAll, TryAcquireAll and DoAll use it first. The keys of one set
+// share a token, the transaction's revision: still larger than every
+// earlier grant of each key.
+//
 // # Your own transactions
 //
 // [Lease.IsOwner] holds exactly while the grant holds the lock; put it in
