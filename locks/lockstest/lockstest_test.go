@@ -36,6 +36,8 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 		"leaky-cancel":          "CancelWhileWaiting",
 		"issued-sequencer":      "Sequencer",
 		"close-ignored":         "AcquireAfterClose",
+		"delay-ignored":         "LockDelay",
+		"delay-on-release":      "LockDelay",
 	} {
 		t.Run(variant, func(t *testing.T) {
 			run := "^TestBroken$/^" + variant + "$/^" + mustFail + "$"
@@ -66,6 +68,8 @@ func TestBroken(t *testing.T) {
 		"leaky-cancel":          func() locks.Locker { return &wrapped{Locker: memlock.New(), keepAbandoned: true} },
 		"issued-sequencer":      func() locks.Locker { return memlock.New() },
 		"close-ignored":         func() locks.Locker { return closeIgnored{memlock.New()} },
+		"delay-ignored":         func() locks.Locker { return memlock.New() },
+		"delay-on-release":      func() locks.Locker { return memlock.New() },
 	}
 	for name, mk := range variants {
 		t.Run(name, func(t *testing.T) {
@@ -77,10 +81,25 @@ func TestBroken(t *testing.T) {
 					return sequencerFunc(l.(*memlock.Locker).Issued)
 				}
 			}
+			switch name {
+			case "delay-ignored": // claims a delay it does not keep
+				cfg.LockDelay = func(*testing.T) (locks.Locker, time.Duration) { return mk(), brokenDelay }
+			case "delay-on-release": // keeps it after a release too
+				cfg.LockDelay = func(t *testing.T) (locks.Locker, time.Duration) {
+					l, err := memlock.NewWithOptions(memlock.Options{LockDelay: brokenDelay})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return &wrapped{Locker: l, releaseDelay: brokenDelay}, brokenDelay
+				}
+			}
 			lockstest.Run(t, cfg)
 		})
 	}
 }
+
+// brokenDelay is the lock-delay of the broken lock-delay variants.
+const brokenDelay = 300 * time.Millisecond
 
 type sequencerFunc func(ctx context.Context, key string) (token.Token, error)
 
@@ -126,6 +145,7 @@ type wrapped struct {
 	breakOnRelease *memlock.Locker
 	cancelDelay    time.Duration
 	keepAbandoned  bool
+	releaseDelay   time.Duration
 }
 
 func (w *wrapped) Acquire(ctx context.Context, key string, ttl time.Duration) (locks.Lease, error) {
@@ -171,6 +191,15 @@ func (l *wrappedLease) Token() token.Token {
 func (l *wrappedLease) Release(ctx context.Context) error {
 	if l.w.breakOnRelease != nil {
 		l.w.breakOnRelease.Break(l.Key())
+		return nil
+	}
+	if l.w.releaseDelay > 0 {
+		// The release lands the delay later, as if the lock service
+		// applied its lock-delay to a release too.
+		go func() {
+			time.Sleep(l.w.releaseDelay)
+			_ = l.Lease.Release(context.WithoutCancel(ctx))
+		}()
 		return nil
 	}
 	return l.Lease.Release(ctx)
