@@ -298,7 +298,10 @@ func (le *Lease) Renew(ctx context.Context) error {
 // late or retried release cannot delete a newer grant. A lease that was lost
 // while its session survived (a connection that broke and came back) still
 // has its znode: Release deletes it in the background, so the next waiter
-// need not wait for the deadline, and reports [locks.ErrNotHeld].
+// need not wait for the deadline (plus the lock-delay), and reports
+// [locks.ErrNotHeld]. The deletion needs the session's connection: a
+// [Locker.Close] right after it, before the connection is back, can leave
+// the znode to the session's expiry.
 func (le *Lease) Release(ctx context.Context) error {
 	le.op.Lock()
 	defer le.op.Unlock()
