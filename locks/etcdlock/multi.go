@@ -27,9 +27,9 @@ const MaxTxnKeys = 128
 // [Locker.TryAcquire] (no key queues for its lock, waiters included), and
 // its grant is TryAcquire's: a key of its own, named after a lease of its
 // own. Its token is that key's create revision, the transaction's
-// revision: every key of the set gets the same token, larger than every
-// earlier grant's of each key, as a token is meaningful only with its own
-// key. When a key is held it returns an error wrapping
+// revision, larger than every earlier grant's of that key: every key of
+// the set gets the same token, which is fine, a token being meaningful
+// only with its own key. When a key is held it returns an error wrapping
 // [locks.ErrNotObtained] that names it, and nothing is written.
 //
 // The leases come from the pool of idle leases; those it lacks are granted
