@@ -38,6 +38,10 @@ type holdConfig struct {
 	// FreezeBeforeCommit makes the child wait (and be frozen) between the
 	// lease check and the COMMIT instead of inside fn.
 	FreezeBeforeCommit bool
+	// Resources, when set, makes the child hold them all with TxAll,
+	// each under Token, its context carrying every one's token and the
+	// lease, as guard.DoAll's does.
+	Resources []string
 }
 
 // holdChild is the frozen holder: it claims the resource in a fenced
@@ -64,7 +68,14 @@ func holdChild() int {
 	txCtx := ctx
 	if cfg.Lease > 0 {
 		end := time.Now().Add(cfg.Lease)
-		txCtx = token.WithExpiry(token.NewContext(ctx, cfg.Resource, cfg.Token), func() time.Time { return end })
+		keys := cfg.Resources
+		if len(keys) == 0 {
+			keys = []string{cfg.Resource}
+		}
+		for _, k := range keys {
+			txCtx = token.NewContext(txCtx, k, cfg.Token)
+		}
+		txCtx = token.WithExpiry(txCtx, func() time.Time { return end })
 	}
 	if cfg.Deadline > 0 {
 		var cancel context.CancelFunc
@@ -80,7 +91,7 @@ func holdChild() int {
 	if cfg.FreezeBeforeCommit {
 		postgres.SetBeforeCommit(func() { _ = wait() })
 	}
-	err = tokens.Tx(txCtx, conn, cfg.Resource, cfg.Token, func(tx pgx.Tx) error {
+	fn := func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO held (who) VALUES ('frozen holder')`); err != nil {
 			return err
 		}
@@ -88,7 +99,16 @@ func holdChild() int {
 			return nil
 		}
 		return wait()
-	})
+	}
+	if len(cfg.Resources) > 0 {
+		claims := map[string]token.Token{}
+		for _, r := range cfg.Resources {
+			claims[r] = 0 // from the context
+		}
+		err = tokens.TxAll(txCtx, conn, claims, fn)
+	} else {
+		err = tokens.Tx(txCtx, conn, cfg.Resource, cfg.Token, fn)
+	}
 	if err != nil {
 		fmt.Printf("result: failed (hold expired: %v): %s\n", errors.Is(err, postgres.ErrHoldExpired), strings.ReplaceAll(err.Error(), "\n", " "))
 	} else {
@@ -253,6 +273,79 @@ func TestTxFrozenHolderFollowsLease(t *testing.T) {
 			}
 			if len(who) != 1 || who[0] != "next holder" {
 				t.Fatalf("rows written: %q, want only the next holder's: the frozen holder committed after its lease", who)
+			}
+		})
+	}
+}
+
+// A holder frozen (SIGSTOP) inside a TxAll over acct:a and acct:b, under
+// a lease of 3 s, for 8 s: the server ends its session when the lease
+// ends, so a holder of acct:b and acct:c gets through after about the
+// lease, and the thawed holder's commit fails with ErrHoldExpired —
+// nothing it wrote, and neither of its claims, is kept.
+func TestTxAllFrozenHolderFollowsLease(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see that the child is stopped")
+	}
+	const lease, freeze = 3 * time.Second, 8 * time.Second
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ClaimWithFirstStatement %v", lazy), func(t *testing.T) {
+			pg := pgserver.Shared(t)
+			pool := poolIn(t, pg.DSN, "UTC")
+			ctx := ctxFor(t, 2*time.Minute)
+			if err := postgres.Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			exec(t, pool, `CREATE TABLE held (who text NOT NULL)`)
+			cfg := holdConfig{DSN: pg.DSN, Token: 5, Lease: lease, Lazy: lazy, Resources: []string{"acct:b", "acct:a"}}
+			start := time.Now()
+			child := startHolder(t, cfg)
+			if line := child.line(t); line != "ready" {
+				t.Fatalf("child said %q, want ready", line)
+			}
+			child.stop(t)
+
+			next, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			nextErr := make(chan error, 1)
+			nextAt := make(chan time.Duration, 1)
+			go func() {
+				err := postgres.TxAll(next, pool, map[string]token.Token{"acct:b": 6, "acct:c": 6}, func(tx pgx.Tx) error {
+					_, err := tx.Exec(next, `INSERT INTO held (who) VALUES ('next holder')`)
+					return err
+				})
+				nextAt <- time.Since(start)
+				nextErr <- err
+			}()
+			time.Sleep(freeze - time.Since(start))
+			child.resume(t)
+			result := child.line(t)
+			child.wait(t)
+			t.Logf("the frozen holder, thawed: %s", result)
+			if err := <-nextErr; err != nil {
+				t.Fatalf("the next holder: %v", err)
+			}
+			got := <-nextAt
+			t.Logf("the next holder got through %v after the frozen one started (lease %v, pause %v)", got.Round(time.Millisecond), lease, freeze)
+			if got > freeze-time.Second {
+				t.Errorf("the next holder waited %v, for the pause (%v) rather than the lease (%v)", got.Round(time.Millisecond), freeze, lease)
+			}
+			if !strings.HasPrefix(result, "result: failed (hold expired: true)") {
+				t.Errorf("the frozen holder's TxAll: %q, want it refused with ErrHoldExpired", result)
+			}
+			var who []string
+			rows, err := pool.Query(ctx, `SELECT who FROM held ORDER BY who`)
+			if err == nil {
+				who, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(who) != 1 || who[0] != "next holder" {
+				t.Fatalf("rows written: %q, want only the next holder's: the frozen holder committed after its lease", who)
+			}
+			if hw := highWater(t, pool, "acct:a"); hw != 0 {
+				t.Fatalf("acct:a at %d: the frozen holder's claim was kept", hw)
 			}
 		})
 	}
