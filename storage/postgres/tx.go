@@ -56,6 +56,9 @@ func Tx(ctx context.Context, db DB, resource string, t token.Token, fn func(pgx.
 //
 // An empty resource and a zero t are taken from ctx ([token.FromContext]);
 // the context's token is used only for the context's own resource key.
+// A context that carries several keys' tokens (guard.DoAll's) gives the
+// innermost, the last of its keys, for an empty resource: name the
+// resource there, or claim every key with [Tokens.TxAll].
 //
 // # Round trips
 //
