@@ -57,10 +57,10 @@
 // section — a transfer between two accounts, an order over three SKUs:
 //
 //	err = g.DoAll(ctx, []string{"acct:1", "acct:2"}, func(ctx context.Context, t map[string]token.Token) error {
-//		if err := debit(ctx, "acct:1", t["acct:1"]); err != nil {
-//			return err
-//		}
-//		return credit(ctx, "acct:2", t["acct:2"])
+//		// One transaction claims both accounts with their tokens, then
+//		// moves the money (storage/postgres TxAll): a stale holder is
+//		// refused as a whole, never half-way.
+//		return transfer(ctx, t, "acct:1", "acct:2", 30)
 //	})
 //
 // The keys are taken one by one in sorted order, whatever order they are

@@ -269,7 +269,8 @@ func (s *Leases) Release(ctx context.Context) error {
 // lease was lost.
 //
 //	err := g.DoAll(ctx, []string{"acct:1", "acct:2"}, func(ctx context.Context, t map[string]token.Token) error {
-//		// debit acct:1 under t["acct:1"], credit acct:2 under t["acct:2"]
+//		// claim acct:1 with t["acct:1"] and acct:2 with t["acct:2"] in one
+//		// transaction, then debit one and credit the other in it
 //	})
 func (g *Guard) DoAll(ctx context.Context, keys []string, fn func(ctx context.Context, tokens map[string]token.Token) error) error {
 	s, err := g.AcquireAll(ctx, keys...)
