@@ -53,7 +53,7 @@ const attackChildEnv = "FENCEGUARD_FAULTS_ATTACK_CHILD"
 
 // attackChildConfig is what an attack's child process is to do.
 type attackChildConfig struct {
-	Mode string `json:"mode"` // "pg-holder" or "waiter"
+	Mode string `json:"mode"` // "pg-holder", "waiter" or "transfer-holder"
 
 	// pg-holder
 	DSN      string        `json:"dsn,omitempty"`
@@ -65,6 +65,9 @@ type attackChildConfig struct {
 	Lock lockConfig    `json:"lock,omitzero"`
 	Key  string        `json:"key,omitempty"`
 	TTL  time.Duration `json:"ttl,omitempty"`
+
+	// transfer-holder, with DSN, Lock and TTL
+	Fenced bool `json:"fenced,omitempty"` // TxAll; otherwise a plain transaction
 }
 
 // attackChildMain runs an attack's child process and returns its exit
@@ -80,6 +83,8 @@ func attackChildMain(js string) int {
 		return pgHolderMain(cfg)
 	case "waiter":
 		return waiterMain(cfg)
+	case "transfer-holder":
+		return transferHolderMain(cfg)
 	}
 	fmt.Println("error: no mode", cfg.Mode)
 	return 2

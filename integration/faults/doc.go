@@ -169,4 +169,24 @@
 // docs/reliability.md with -faults.doc, between markers of its own.
 // Flags: -faults.attacks (a regexp on the attack's name), -faults.scale
 // (multiplies every attack's rounds).
+//
+// # Transfer
+//
+// TestTransferFrozenHolder plays the transfer workload: two accounts, A
+// and B, at 100 each, whose total is conserved, and transfers that read
+// both balances and write the balances computed from that read, in a
+// critical section over both locks (guard.DoAll; the lock keys are the
+// resources, "acct:A" and "acct:B"). On each of redis, redlock, etcd and
+// zk, a holder process moving 10 from A to B is frozen with SIGSTOP
+// between its read and its write, past its 2 s lease; the test is then
+// granted both locks, moves 5 from B to A and must commit within 10 s,
+// the holder still frozen; then the holder is continued and writes.
+// Fenced, the transfers run in storage/postgres TxAll: the server ended
+// the frozen transaction at its lease's end, the holder's transfer is
+// refused (ErrHoldExpired; a *token.StaleError would do too, and the log
+// says which), and the balances are exactly the effect of the committed
+// transfers. The control runs them in plain transactions: the frozen
+// holder read without locking, so its write commits over the other's — a
+// lost update, the total still 200 — and the test fails if the control
+// does not show it, or if the frozen write did not complete (inconclusive).
 package faults
