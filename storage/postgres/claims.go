@@ -33,21 +33,16 @@ func (c claims) name() string {
 	if len(c) == 1 {
 		return c[0].resource
 	}
+	return strings.Join(c.resources(), ", ")
+}
+
+// resources returns the resources in order.
+func (c claims) resources() []string {
 	rs := make([]string, len(c))
 	for i, x := range c {
 		rs[i] = x.resource
 	}
-	return strings.Join(rs, ", ")
-}
-
-// arrays returns the resources and tokens as the statements over several
-// resources take them: $1 text[], $2 bigint[].
-func (c claims) arrays() ([]string, []int64) {
-	rs, vs := make([]string, len(c)), make([]int64, len(c))
-	for i, x := range c {
-		rs[i], vs[i] = x.resource, x.v
-	}
-	return rs, vs
+	return rs
 }
 
 // stale is the refusal of c[i] by the mark cur.
@@ -127,10 +122,9 @@ func (k *Tokens) claimText(kind claimKind, c claims) string {
 }
 
 // scanClaim reads the answer of a plain or tx claim statement
-// (claimText): whether every resource was
-// claimed and, if not, which one in order was refused first (i) and its
-// mark as of the statement's snapshot. rest receives the columns after
-// those.
+// (claimText): whether every resource was claimed and, if not, which one
+// in order was refused first (i) and its mark as of the statement's
+// snapshot. rest receives the columns after those.
 func scanClaim(row pgx.Row, c claims, rest ...any) (claimed bool, i int, snap *int64, err error) {
 	if len(c) == 1 {
 		return claimed, 0, snap, row.Scan(append([]any{&claimed, &snap}, rest...)...)
@@ -150,10 +144,9 @@ func (k *Tokens) marks(ctx context.Context, q querier, c claims) ([]token.Token,
 		cur, _, err := k.highWater(ctx, q, c[0].resource)
 		return []token.Token{cur}, err
 	}
-	rs, _ := c.arrays()
 	var marks []*int64
 	var floor *int64
-	if err := q.QueryRow(ctx, k.marksSQL, rs).Scan(&marks, &floor); err != nil {
+	if err := q.QueryRow(ctx, k.marksSQL, c.resources()).Scan(&marks, &floor); err != nil {
 		return nil, k.wrapErr("read high-water of", err)
 	}
 	if len(marks) != len(c) {
@@ -200,7 +193,7 @@ func (k *Tokens) refused(ctx context.Context, q querier, c claims, i int, snap *
 // floorStale interprets the floor's trigger refusing a new mark below the
 // floor of pruned marks (a Prune committed while the claim ran): for one
 // resource that is its refusal; of several, the refused ones are those
-// whose marks a fresh read finds above their tokens (see refused).
+// whose marks a fresh read on q finds above their tokens (see refused).
 func (k *Tokens) floorStale(ctx context.Context, q querier, c claims, floor token.Token) (done bool, err error) {
 	if len(c) == 1 {
 		if floor > c[0].t {

@@ -381,6 +381,12 @@ func (k *Tokens) claim(ctx context.Context, q querier, c claims) error {
 			if floor, ok := floorRaise(err); ok {
 				// A Prune committed while the claim ran: a key's row
 				// was pruned, and the floor may be above its token.
+				if inTx && len(c) > 1 {
+					// The error failed the transaction, where the marks
+					// can no longer be read: the caller reads them once it
+					// has rolled back (nestedTx).
+					return err
+				}
 				if done, err := k.floorStale(ctx, q, c, floor); done {
 					return err
 				}

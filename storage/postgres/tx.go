@@ -370,9 +370,22 @@ func (k *Tokens) run(ctx context.Context, db DB, tx pgx.Tx, name string, fn func
 
 // nestedTx is Tx inside the caller's transaction, on a savepoint.
 func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, c claims, fn func(pgx.Tx) error) error {
+	for range maxAttempts {
+		retry, err := k.nestedOnce(ctx, outer, c, fn)
+		if !retry {
+			return err
+		}
+	}
+	return k.errNoRefusal(c)
+}
+
+// nestedOnce is one attempt of nestedTx. retry is true when the claims of
+// several resources were refused by the floor of pruned marks and a fresh
+// read, once the savepoint is rolled back, finds no mark above its token.
+func (k *Tokens) nestedOnce(ctx context.Context, outer pgx.Tx, c claims, fn func(pgx.Tx) error) (retry bool, err error) {
 	sp, err := outer.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: savepoint for %s: %w", c.name(), err)
+		return false, fmt.Errorf("postgres: savepoint for %s: %w", c.name(), err)
 	}
 	released := false
 	defer func() {
@@ -381,19 +394,27 @@ func (k *Tokens) nestedTx(ctx context.Context, outer pgx.Tx, c claims, fn func(p
 		}
 	}()
 	if err := k.claim(ctx, sp, c); err != nil {
-		return err
+		if _, ok := floorRaise(err); ok && len(c) > 1 {
+			// The floor's trigger failed the transaction: roll back to
+			// the savepoint, then read which resource it refused.
+			released = true
+			rollback(ctx, sp)
+			done, err := k.refused(ctx, outer, c, len(c), nil)
+			return !done, err
+		}
+		return false, err
 	}
 	if err := fn(sp); err != nil {
-		return err
+		return false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
+		return false, fmt.Errorf("postgres: fenced transaction on %s: %w", c.name(), err)
 	}
 	released = true
 	if err := sp.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: release savepoint for %s: %w", c.name(), err)
+		return false, fmt.Errorf("postgres: release savepoint for %s: %w", c.name(), err)
 	}
-	return nil
+	return false, nil
 }
 
 // rollbackGrace is how long past the caller's deadline (or after its

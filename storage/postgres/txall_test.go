@@ -168,6 +168,48 @@ func TestTxAllAllOrNothing(t *testing.T) {
 	}
 }
 
+// A claim of a key whose mark a Prune deletes while the claim waits for
+// the row: the floor's trigger refuses the key, Prune having raised the
+// floor in the same commit, and the refusal names it with the floor as
+// the current mark; the other key's claim is undone with it.
+func TestTxAllPruneRacingClaim(t *testing.T) {
+	for _, m := range txAllModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			pool := accounts(t)
+			ctx := ctxFor(t, time.Minute)
+			if err := postgres.NewFence(pool).Claim(ctx, "acct:a", 40); err != nil {
+				t.Fatal(err)
+			}
+			if err := postgres.NewFence(pool).Claim(ctx, "acct:b", 100); err != nil {
+				t.Fatal(err)
+			}
+			age(t, pool, "acct:b") // only b is pruned
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if n, err := postgres.Prune(ctx, tx, time.Hour); err != nil || n != 1 {
+				t.Fatalf("Prune = %d, %v", n, err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				errc <- m.txAll(ctx, pool, map[string]token.Token{"acct:a": 50, "acct:b": 50}, func(tx pgx.Tx) error {
+					return transfer(ctx, tx, "a", "b", 1)
+				})
+			}()
+			waitBlocked(t, pool, 1)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			staleFor(t, <-errc, "acct:b", 50, 100)
+			if n, hw := rows(t, pool), highWater(t, pool, "acct:a"); n != 1 || hw != 40 {
+				t.Fatalf("after the refused TxAll: %d marks, acct:a at %d; want acct:a's alone, at 40", n, hw)
+			}
+		})
+	}
+}
+
 // A refusal decided on a mark committed after the claim's snapshot
 // reports that mark, and names the resource it refused.
 func TestTxAllRefusedAfterSnapshot(t *testing.T) {
