@@ -164,7 +164,7 @@ func (h *hold) keepAlive() {
 		case <-h.ctx.Done():
 			return
 		case <-lost:
-			h.lose(fmt.Errorf("%w: reported by the lock service", locks.ErrNotHeld))
+			h.lose(fmt.Errorf("%w: the locker reported the lease lost (a session or watch of its client ended)", locks.ErrNotHeld))
 			return
 		case <-t.Chan():
 		}

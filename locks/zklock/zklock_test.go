@@ -438,7 +438,7 @@ func TestHolderCutOffPastSessionTimeout(t *testing.T) {
 		cause := context.Cause(lease.Context())
 		t.Logf("guard lease lost %v after the cut: %v", time.Since(cut), cause)
 		// Through Lost (LossNotifier), not found out at the next renewal.
-		if cause == nil || !strings.Contains(cause.Error(), "reported by the lock service") {
+		if cause == nil || !strings.Contains(cause.Error(), "reported the lease lost") {
 			t.Errorf("guard lease lost for %v, want the session's report", cause)
 		}
 	case <-time.After(ttl):

@@ -129,7 +129,7 @@ type Table struct {
 // connection).
 const maxShapes = 256
 
-// NewTable returns the guarded table described by o. It fails with an
+// NewTable returns the guarded table described by o. It fails with a
 // descriptive error for missing or unusable names; it does
 // not touch the database.
 func NewTable(o TableOptions) (*Table, error) {

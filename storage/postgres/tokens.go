@@ -156,7 +156,7 @@ func mustTokens(o TokensOptions) *Tokens {
 	return k
 }
 
-// NewTokens returns the high-water table named by o. It fails with an
+// NewTokens returns the high-water table named by o. It fails with a
 // descriptive error for an unusable name; it does not touch
 // the database.
 func NewTokens(o TokensOptions) (*Tokens, error) {
