@@ -283,7 +283,7 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	return g.run(ctx, lease.Context(),
 		func(c context.Context) context.Context {
 			c = context.WithValue(token.NewContext(c, key, lease.Token()), holdKey{g, key}, lease.h)
-			return token.WithExpiry(c, lease.h.expiry)
+			return token.WithExpiry(c, within(c, lease.h.expiry))
 		},
 		func() error { return g.release(ctx, lease) },
 		func(fctx context.Context) error { return fn(fctx, lease.Token()) })
@@ -307,6 +307,24 @@ func (g *Guard) run(ctx, lost context.Context, with func(context.Context) contex
 	defer stop()
 	fnErr = fn(with(fctx))
 	return fnErr
+}
+
+// within returns an expiry that is own's, or the end that ctx's enclosing
+// critical section reports ([token.Expiry]) when that comes first. A
+// context that carries an enclosing section's tokens must not outlive its
+// leases: a section nested in another (Do in DoAll, DoAll in Do, an
+// Acquire inside either) reports the earliest end of them all.
+func within(ctx context.Context, own func() time.Time) func() time.Time {
+	if _, ok := token.Expiry(ctx); !ok {
+		return own
+	}
+	return func() time.Time {
+		e := own()
+		if outer, ok := token.Expiry(ctx); ok && outer.Before(e) {
+			e = outer
+		}
+		return e
+	}
 }
 
 // errFnPending is Do's record of fn's result while fn runs (or panics).

@@ -127,7 +127,7 @@ func (g *Guard) hold(ctx context.Context, l locks.Lease, start time.Time) *hold 
 	now := g.o.Clock.Now()
 	h := &hold{g: g, lease: l, since: now, deadline: now.Add(left), done: make(chan struct{})}
 	hctx := context.WithValue(token.NewContext(context.WithoutCancel(ctx), l.Key(), l.Token()), holdKey{g, l.Key()}, h)
-	hctx = token.WithExpiry(hctx, h.expiry)
+	hctx = token.WithExpiry(hctx, within(hctx, h.expiry))
 	h.ctx, h.cancel = context.WithCancelCause(hctx)
 	h.mu.Lock() // the timer may fire before AfterFunc returns
 	h.timer = g.o.Clock.AfterFunc(left, func() { h.lose(ErrDeadline) })

@@ -159,7 +159,7 @@ func (g *Guard) withHolds(ctx context.Context, keys []string, leases []*Lease) c
 	for i, l := range leases {
 		ctx = context.WithValue(token.NewContext(ctx, keys[i], l.Token()), holdKey{g, keys[i]}, l.h)
 	}
-	return token.WithExpiry(ctx, func() time.Time {
+	return token.WithExpiry(ctx, within(ctx, func() time.Time {
 		var first time.Time
 		for _, l := range leases {
 			if e := l.h.expiry(); first.IsZero() || e.Before(first) {
@@ -167,7 +167,7 @@ func (g *Guard) withHolds(ctx context.Context, keys []string, leases []*Lease) c
 			}
 		}
 		return first
-	})
+	}))
 }
 
 // stop detaches the set from its leases and ends its context.

@@ -338,3 +338,28 @@ func TestAcquireAllTriesAllKeysInOneCallWhenTheLockerCan(t *testing.T) {
 		t.Errorf("DoAll nested in a hold of q: %v, %d calls for all keys", err, m.calls.Load()-before)
 	}
 }
+
+// A section nested in another reports the earliest end of every lease
+// around it: once the enclosing set's lease on a is lost, the end a nested
+// Do of c reports is past, though c's own lease lives.
+func TestNestedSectionReportsTheEarliestLeaseEnd(t *testing.T) {
+	ml := memlock.New()
+	g := newGuard(t, ml, guard.Options{TTL: 10 * time.Second, RenewInterval: 20 * time.Millisecond})
+	err := g.DoAll(testCtx(t), []string{"a", "b"}, func(ctx context.Context, _ map[string]token.Token) error {
+		return g.Do(ctx, "c", func(ctx context.Context, _ token.Token) error {
+			detached := context.WithoutCancel(ctx) // as a frozen holder would still see it
+			if exp, _ := token.Expiry(detached); !exp.After(time.Now().Add(5 * time.Second)) {
+				t.Errorf("end reported while every lease lives: %v from now", time.Until(exp))
+			}
+			ml.Break("a")
+			<-ctx.Done()
+			if exp, _ := token.Expiry(detached); exp.After(time.Now()) {
+				t.Errorf("a's lease lost, but the nested section reports its end %v from now", time.Until(exp))
+			}
+			return nil
+		})
+	})
+	if !errors.Is(err, guard.ErrLost) {
+		t.Errorf("DoAll: %v, want ErrLost", err)
+	}
+}
