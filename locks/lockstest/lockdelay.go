@@ -27,6 +27,7 @@ func (s *suite) lockDelay(t *testing.T) {
 	t.Run("ReleaseGrantsAtOnce", s.delayRelease)
 	t.Run("HandedOverGrantExpiry", s.delayHandedOver)
 	t.Run("UnclaimedExpiry", s.delayUnclaimed)
+	t.Run("LateReleaseWithinTheDelay", s.delayLateRelease)
 }
 
 func (s *suite) delayLocker(t *testing.T) (locks.Locker, time.Duration) {
@@ -230,4 +231,33 @@ func (s *suite) delayUnclaimed(t *testing.T) {
 		t.Errorf("token %d after the expired %d", next.Token(), a.Token())
 	}
 	mustRelease(t, ctx, next)
+}
+
+// A Release that comes after the lease's Deadline but within the delay —
+// a holder that let go late — frees the lock at once: the waiter queued
+// behind it does not wait for the rest of the delay.
+func (s *suite) delayLateRelease(t *testing.T) {
+	l, delay := s.delayLocker(t)
+	ctx, k, ttl := ctxFor(t, time.Minute), key(t, "k"), s.cfg.ShortTTL
+	holder := mustAcquire(t, ctx, l, k, ttl)
+	got := acquireAsync(ctx, l, k, s.cfg.LongTTL)
+	time.Sleep(time.Until(holder.Deadline()) + delay/4)
+	end := holder.Deadline().Add(delay)
+	released := time.Now()
+	err := holder.Release(ctx)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer mustRelease(t, ctx, r.lease)
+	t.Logf("Release %v after the Deadline: %v; waiter granted %v after it", released.Sub(holder.Deadline()), err, r.at.Sub(released))
+	if r.at.Before(released) {
+		t.Errorf("waiter granted %v before the release, within the delay", released.Sub(r.at))
+	}
+	if !r.at.Before(end) {
+		t.Errorf("waiter granted only %v after the Deadline + delay: the late Release did not free the lock", r.at.Sub(end))
+	}
+	if r.lease.Token() <= holder.Token() {
+		t.Errorf("waiter's token %d, holder's %d", r.lease.Token(), holder.Token())
+	}
 }
