@@ -231,3 +231,16 @@ func unregister(s *Server) {
 	defer registry.mu.Unlock()
 	delete(registry.servers, s)
 }
+
+// TempDir creates a directory of this test process's own, named by pattern
+// as [os.MkdirTemp] names it, for what a TestMain prepares for the whole
+// package (a program it builds, say). It lives in the directory the
+// servers' directories live in: [Main] removes it when the tests end, and a
+// later run of the harness removes it should the process die first.
+func TempDir(pattern string) (string, error) {
+	root, err := rootDir()
+	if err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(root, pattern)
+}

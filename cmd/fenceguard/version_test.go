@@ -1,0 +1,13 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestVersionPrintsTheProgramName(t *testing.T) {
+	r := fenceguard(t, nil, "--version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "fenceguard ") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
