@@ -92,8 +92,10 @@
 // Before any statement, every operation runs a [token.Check]
 // ([TableOptions.Check], [TokensOptions.Check]; nil is
 // [token.DefaultCheck]); a refused token sends nothing and moves no mark.
-// A poisoned mark is set back by name with [Tokens.Reset], [Fence.Reset] or
-// [Table.Reset], each logged at Warn level.
+// A mark is read with [Tokens.HighWater], [Fence.HighWater] or
+// [Table.HighWater], and a poisoned one set back by name with
+// [Tokens.Reset], [Fence.Reset] or [Table.Reset], each logged at Warn
+// level.
 //
 // # Errors
 //

@@ -94,7 +94,8 @@ type TableOptions struct {
 // Every operation runs the [TableOptions.Check] before it sends anything
 // ([token.DefaultCheck] unless set): a token the check refuses comes back
 // as its [*token.ForgedError] and moves no mark, neither the row's nor a
-// tombstone. [Table.Reset] sets a poisoned mark back.
+// tombstone. [Table.HighWater] reads a row's marks, [Table.Reset] sets a
+// poisoned one back.
 //
 // A Table is safe for concurrent use. Statement texts are built once per
 // table and shape (operation and column list), so pgx's statement cache
@@ -114,6 +115,9 @@ type Table struct {
 	currentSQL string // $1 key → the row's token
 	deleteSQL  string
 	marksSQL   string // $1 key, $2 tombstone prefix → (row token, tombstone token)
+	// highWaterSQL: $1 key, $2 tombstone prefix → (row token, tombstone
+	// token), each NULL when absent (no floor: see HighWater)
+	highWaterSQL string
 
 	// verified is set once the key column was found fit for tombstones
 	// (see Verify); refusals are not remembered.
@@ -168,6 +172,8 @@ func NewTable(o TableOptions) (*Table, error) {
 	tb.currentSQL = `SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1`
 	tb.marksSQL = `SELECT (SELECT ` + tb.tok + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
  coalesce((SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text), (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = ''))`
+	tb.highWaterSQL = `SELECT (SELECT coalesce(` + tb.tok + `, 0) FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = $1),
+ (SELECT token FROM ` + tb.tokens.table + ` WHERE resource = $2 || $1::text)`
 	// The tombstone's upsert locks the high-water table's row for this key
 	// before the row itself is locked (the join needs its output before
 	// DELETE sees a row), the order the insert path of Upsert uses too.
