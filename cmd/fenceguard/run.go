@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"time"
+
+	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/locks"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// runOptions are run's flags.
+type runOptions struct {
+	lock           string
+	key            string
+	prefix         string
+	ttl            time.Duration
+	wait           time.Duration
+	lockDelay      time.Duration
+	grace          time.Duration
+	connectTimeout time.Duration
+	conflictExit   int
+	log            *slog.Logger
+}
+
+// releaseTimeout bounds the release at the end of a run.
+const releaseTimeout = 5 * time.Second
+
+func (o *runOptions) check(argv []string) error {
+	switch {
+	case o.key == "":
+		return usageErrorf("run: --key is required")
+	case len(argv) == 0:
+		return usageErrorf("run: no command given: fenceguard run [flags] -- CMD [ARGS...]")
+	case o.ttl <= 0:
+		return usageErrorf("run: --ttl %v: must be positive", o.ttl)
+	case o.wait < 0:
+		return usageErrorf("run: --wait %v: must be 0 (one attempt) or positive", o.wait)
+	case o.grace <= 0:
+		return usageErrorf("run: --grace %v: must be positive", o.grace)
+	case o.connectTimeout <= 0:
+		return usageErrorf("run: --connect-timeout %v: must be positive", o.connectTimeout)
+	case o.conflictExit < 0 || o.conflictExit > 255:
+		return usageErrorf("run: --conflict-exit-code %d: must be in 0..255", o.conflictExit)
+	}
+	if err := locks.CheckLockDelay(o.lockDelay); err != nil {
+		return usageErrorf("run: --lock-delay: %v", err)
+	}
+	if o.lockDelay > 0 && o.grace >= o.lockDelay {
+		return usageErrorf("run: --grace %v must be shorter than --lock-delay %v, so that a command whose lease was lost is gone before the next holder may start", o.grace, o.lockDelay)
+	}
+	return nil
+}
+
+// forwarded are the signals run passes on to CMD's process group.
+var forwarded = []os.Signal{sigHUP, os.Interrupt, sigQUIT, sigTERM, sigUSR1, sigUSR2}
+
+// runCmd acquires the lock, runs argv under it and returns how the program
+// must end.
+func runCmd(ctx context.Context, o runOptions, argv []string) error {
+	if err := o.check(argv); err != nil {
+		return err
+	}
+	ep, err := lockEndpoint(o.lock)
+	if err != nil {
+		return err
+	}
+	// Find CMD before taking the lock: a typo must not cost the lock.
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return cmdNotRunnable(argv[0], err)
+	}
+
+	// From here on the signals are ours to handle: one that arrives while
+	// the lock is being taken ends the wait; once CMD runs, it is passed on.
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, forwarded...)
+	defer signal.Stop(sigc)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	interrupted := make(chan os.Signal, 1)
+	waiting, watched := make(chan struct{}), make(chan struct{})
+	endWatch := func() { close(waiting); <-watched }
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigc:
+			interrupted <- s
+			stop(fmt.Errorf("interrupted by %v while taking the lock", s))
+		case <-waiting:
+		}
+	}()
+
+	c, err := dial(ctx, ep, o.connectTimeout, o.log)
+	if err != nil {
+		endWatch()
+		return orSignal(interrupted, err)
+	}
+	defer c.Close()
+	l, closeLocker, err := c.locker(lockOptions{prefix: o.prefix, lockDelay: o.lockDelay, log: o.log})
+	if err != nil {
+		endWatch()
+		return withCode(exitUsage, err)
+	}
+	defer closeLocker()
+	g, err := guard.New(l, guard.Options{TTL: o.ttl, Logger: o.log})
+	if err != nil {
+		endWatch()
+		return withCode(exitUsage, fmt.Errorf("run: %w", err))
+	}
+	lease, err := acquire(ctx, g, o)
+	endWatch()
+	if err != nil {
+		return orSignal(interrupted, err)
+	}
+	select {
+	case s := <-interrupted: // arrived as the lock was granted
+		releaseNow(lease)
+		return withCode(128+signalNumber(s), fmt.Errorf("interrupted by %v while taking the lock", s))
+	default:
+	}
+	// The watcher above has returned: sigc is read below only.
+
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = append(os.Environ(),
+		"FENCING_TOKEN="+strconv.FormatUint(uint64(lease.Token()), 10),
+		"FENCING_KEY="+o.key,
+		"FENCING_HEADER="+token.Header,
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	ownGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		releaseNow(lease)
+		return cmdNotRunnable(argv[0], err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var (
+		lostCause error
+		kill      <-chan time.Time
+	)
+	leaseDone := lease.Context().Done()
+	for {
+		select {
+		case s := <-sigc:
+			signalGroup(cmd, s)
+			continue
+		case <-leaseDone:
+			leaseDone = nil
+			lostCause = context.Cause(lease.Context())
+			signalGroup(cmd, sigTERM)
+			t := time.NewTimer(o.grace)
+			defer t.Stop()
+			kill = t.C
+			continue
+		case <-kill:
+			kill = nil
+			signalGroup(cmd, sigKILL)
+			continue
+		case err = <-done:
+		}
+		break
+	}
+	if lostCause != nil {
+		// Whatever CMD left in its group acts under a lost lease too.
+		signalGroup(cmd, sigKILL)
+	}
+	// Release only now, with CMD gone: within a lock-delay, the release is
+	// what lets the next holder in.
+	relErr := releaseNow(lease)
+	if lostCause != nil {
+		return withCode(exitLeaseLost, fmt.Errorf("%v; %s was terminated", lostCause, argv[0]))
+	}
+	if relErr != nil && !errors.Is(relErr, guard.ErrLost) {
+		o.log.Warn("fenceguard: release failed; the lock frees when its lease expires", "key", o.key, "err", relErr)
+	}
+	return exitStatus(err)
+}
+
+// acquire takes the lock: one attempt with --wait 0, else waiting up to
+// --wait in the lock's queue.
+func acquire(ctx context.Context, g *guard.Guard, o runOptions) (*guard.Lease, error) {
+	var (
+		lease *guard.Lease
+		err   error
+	)
+	if o.wait == 0 {
+		lease, err = g.TryAcquire(ctx, o.key)
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, o.wait)
+		defer cancel()
+		lease, err = g.Acquire(wctx, o.key)
+	}
+	switch {
+	case err == nil:
+		return lease, nil
+	case errors.Is(err, locks.ErrNotObtained):
+		return nil, withCode(o.conflictExit, fmt.Errorf("lock %q is held by another holder", o.key))
+	case errors.Is(err, locks.ErrInvalidArgument):
+		return nil, withCode(exitUsage, err)
+	case errors.Is(err, token.ErrRange):
+		return nil, withCode(exitSoftware, err)
+	case ctx.Err() != nil:
+		return nil, withCode(exitSoftware, context.Cause(ctx))
+	case errors.Is(err, context.DeadlineExceeded) && !failedAttempt(err):
+		return nil, withCode(o.conflictExit, fmt.Errorf("lock %q still held by another holder after --wait %v", o.key, o.wait))
+	}
+	return nil, withCode(exitUnavailable, fmt.Errorf("lock service %s: %w", o.lockDisplay(), err))
+}
+
+func (o runOptions) lockDisplay() string {
+	if ep, err := parseEndpoint(o.lock); err == nil {
+		return ep.String()
+	}
+	return "?"
+}
+
+// failedAttempt tells whether an acquire that ran out of time had attempts
+// that failed (the guard wraps the last one's error beside the context's),
+// rather than waiting its turn.
+func failedAttempt(err error) bool {
+	for err != nil {
+		if m, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range m.Unwrap() {
+				if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
+					return true
+				}
+			}
+			return false
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
+}
+
+// releaseNow releases the lease within releaseTimeout.
+func releaseNow(l *guard.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	return l.Release(ctx)
+}
+
+// orSignal prefers the code of a signal that ended the wait over err.
+func orSignal(interrupted <-chan os.Signal, err error) error {
+	select {
+	case s := <-interrupted:
+		return withCode(128+signalNumber(s), fmt.Errorf("interrupted by %v while taking the lock", s))
+	default:
+		return err
+	}
+}
+
+// cmdNotRunnable is the error of a CMD that cannot be started, with the
+// code a shell gives it.
+func cmdNotRunnable(name string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return withCode(exitNotFound, fmt.Errorf("%s: command not found", name))
+	}
+	return withCode(exitCannotExec, fmt.Errorf("%s: cannot run: %v", name, err))
+}
+
+// exitStatus turns CMD's end into the program's: its exit code, or 128+N
+// for a signal.
+func exitStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if n, ok := killedBy(exit); ok {
+			return silentExit(128 + n)
+		}
+		return silentExit(exit.ExitCode())
+	}
+	return withCode(exitSoftware, err)
+}
+
+// lockEndpoint parses a --lock URL.
+func lockEndpoint(raw string) (*endpoint, error) {
+	if raw == "" {
+		return nil, usageErrorf("no lock service: give --lock URL or set %s (%s)", envLock, lockSchemes)
+	}
+	ep, err := parseEndpoint(raw)
+	if err != nil {
+		return nil, err
+	}
+	if ep.scheme == schemePostgres {
+		return nil, usageErrorf("%s is a store, not a lock service: --lock takes %s", redactURL(raw), lockSchemes)
+	}
+	return ep, nil
+}
