@@ -15,6 +15,7 @@ replace (
 require (
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/harness/etcdserver v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
