@@ -119,7 +119,11 @@ func TestTokenPrintsTheCurrentGrant(t *testing.T) {
 			}
 			want(t, l.token(t, key), 0, dec(t2)+"\n")
 			want(t, l.token(t, key, "--check", dec(t2)), 0, "")
-			oneError(t, l.token(t, key, "--check", dec(t1)), 65)
+			r := l.token(t, key, "--check", dec(t1))
+			oneError(t, r, 65)
+			if !strings.Contains(r.stderr, dec(t1)) || !strings.Contains(r.stderr, dec(t2)) {
+				t.Fatalf("stderr %q does not say the current token %d and the one checked %d", r.stderr, t2, t1)
+			}
 			oneError(t, l.token(t, key, "--check", dec(t2+1000)), 65)
 		})
 	}
