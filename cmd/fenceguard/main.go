@@ -359,6 +359,9 @@ needs --yes.`,
 			if n == 0 {
 				return usageErrorf("fence reset: --to 0: a mark of zero would let in every holder ever refused")
 			}
+			if n > token.MaxInt64 {
+				return usageErrorf("fence reset: --to %d: above every token a locker issues (%d); the resource would refuse every holder", n, token.MaxInt64)
+			}
 			if !yes {
 				if err := confirm(stdin, stderr, resource, n); err != nil {
 					return err
@@ -407,6 +410,9 @@ func exactlyOne(name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != 1 {
 			return usageErrorf("%s: want exactly one %s, got %d arguments", cmd.Name(), name, len(args))
+		}
+		if args[0] == "" {
+			return usageErrorf("%s: the %s is empty", cmd.Name(), name)
 		}
 		return nil
 	}

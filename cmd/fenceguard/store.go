@@ -164,8 +164,14 @@ type tableMarks struct {
 	db postgres.DB
 }
 
+// HighWater is 0 for a key with neither a row nor a tombstone, as for a
+// resource without a mark in the other stores.
 func (m *tableMarks) HighWater(ctx context.Context, key string) (token.Token, error) {
-	return m.tb.HighWater(ctx, m.db, key)
+	hw, err := m.tb.HighWater(ctx, m.db, key)
+	if errors.Is(err, postgres.ErrNoRow) {
+		return 0, nil
+	}
+	return hw, err
 }
 
 func (m *tableMarks) Reset(ctx context.Context, key string, to token.Token) (token.Token, error) {
