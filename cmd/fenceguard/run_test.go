@@ -128,17 +128,36 @@ func TestRunGivesTheJobItsTokenAndKey(t *testing.T) {
 	}
 }
 
-func TestRunPassesTheJobsOutput(t *testing.T) {
+func TestRunPassesTheJobItsStdio(t *testing.T) {
 	lock := redisLock(t)
-	r := fenceguard(t, nil, lock.run("k", nil, `echo to-stdout; echo to-stderr >&2`)...)
+	cmd := exec.Command(bin, lock.run("k", nil, `read -r line; echo "stdout $line"; echo "stderr $line" >&2`)...)
+	cmd.Stdin = strings.NewReader("from-test\n")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v; stderr: %s", err, stderr.String())
+	}
+	if got := stdout.String(); got != "stdout from-test\n" {
+		t.Errorf("stdout %q, want the job's %q", got, "stdout from-test\n")
+	}
+	if got := stderr.String(); !strings.Contains(got, "stderr from-test\n") {
+		t.Errorf("stderr %q lacks the job's %q", got, "stderr from-test\n")
+	}
+}
+
+// TestRunTakesTheLockFromTheEnvironment checks FENCEGUARD_LOCK, and that
+// --lock wins over it.
+func TestRunTakesTheLockFromTheEnvironment(t *testing.T) {
+	lock := redisLock(t)
+	args := []string{"run", "--prefix", lock.prefix, "--key", "k", "--", "sh", "-c", `echo "$FENCING_TOKEN"`}
+	r := fenceguard(t, []string{"FENCEGUARD_LOCK=" + lock.url}, args...)
 	if r.code != 0 {
-		t.Fatalf("exit %d, want 0; stderr: %s", r.code, r.stderr)
+		t.Fatalf("--lock from FENCEGUARD_LOCK: exit %d, want 0; stderr: %s", r.code, r.stderr)
 	}
-	if r.stdout != "to-stdout\n" {
-		t.Errorf("stdout %q, want the job's %q", r.stdout, "to-stdout\n")
-	}
-	if !strings.Contains(r.stderr, "to-stderr\n") {
-		t.Errorf("stderr %q lacks the job's %q", r.stderr, "to-stderr\n")
+	parseToken(t, "the job", r.stdout)
+	r = fenceguard(t, []string{"FENCEGUARD_LOCK=redis://" + closedPorts(t, 1)[0]}, append([]string{args[0], "--lock", lock.url}, args[1:]...)...)
+	if r.code != 0 {
+		t.Fatalf("--lock and a FENCEGUARD_LOCK that names no server: exit %d, want 0 (the flag wins); stderr: %s", r.code, r.stderr)
 	}
 }
 

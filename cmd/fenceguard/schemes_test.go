@@ -106,8 +106,8 @@ func parseToken(t *testing.T, what, s string) uint64 {
 
 // TestRunAndTokenOnEveryScheme runs a job under a lock of every URL scheme:
 // the job gets a token, `fenceguard token` reads it back (exactly while the
-// lock is held), and a second invocation cannot take the lock while the first
-// holds it.
+// lock is held), a second invocation cannot take the lock while the first
+// holds it, and a lease lost to a pause ends the job with exit 77.
 func TestRunAndTokenOnEveryScheme(t *testing.T) {
 	for _, sc := range []struct {
 		name string
@@ -169,6 +169,8 @@ func TestRunAndTokenOnEveryScheme(t *testing.T) {
 			if r := finish(t, holder, 30*time.Second); r.code != 0 {
 				t.Errorf("holding run: exit %d, want 0; stderr: %s", r.code, r.stderr)
 			}
+
+			checkLostToAPause(t, lock, "reports/hourly")
 		})
 	}
 }

@@ -223,10 +223,14 @@ func takeWhilePaused(t *testing.T, lock lockSpec, jd jobDir, key string, fg *exe
 // TestRunTerminatesTheJobWhenItsLeaseExpiresDuringAPause pauses a whole
 // invocation past its TTL while another one takes the lock: continued, the
 // first invocation sends its job SIGTERM and exits 77, though the job exits 0.
+// TestRunAndTokenOnEveryScheme checks the same on every scheme.
 func TestRunTerminatesTheJobWhenItsLeaseExpiresDuringAPause(t *testing.T) {
-	lock := redisLock(t)
+	checkLostToAPause(t, redisLock(t), "k")
+}
+
+func checkLostToAPause(t *testing.T, lock lockSpec, key string) {
+	t.Helper()
 	jd := newJobDir(t)
-	const key = "k"
 	script := `trap 'echo TERM >> "$JOB/log"; exit 0' TERM
 echo $$ > "$JOB/a.pid"; echo "$FENCING_TOKEN" > "$JOB/a.token"
 while :; do sleep 0.05; done`
@@ -340,7 +344,7 @@ const groupAliveScript = `alive() {
 // SIGTERM) is dead; without it B's job starts while A's still lives, paused.
 func TestRunLockDelayKeepsTheNextJobOutUntilThePausedJobIsDead(t *testing.T) {
 	aScript := `trap 'echo "A TERM" >> "$JOB/log"' TERM
-echo $$ > "$JOB/a.pid"; echo "A start" >> "$JOB/log"
+echo "A start" >> "$JOB/log"; echo $$ > "$JOB/a.pid"
 while :; do sleep 0.05; done`
 	bScript := groupAliveScript + `PG=$(cat "$JOB/a.pid"); echo "B start, A's job $(alive)" >> "$JOB/log"`
 
