@@ -318,3 +318,29 @@ func TestRunExitsWhenTheCommandCannotRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRunBoundsTheReleaseWhenTheServiceStopsAnswering lets the job end while
+// the lock service does not answer: the program still exits with the job's
+// status within a few seconds, the lock left to expire.
+func TestRunBoundsTheReleaseWhenTheServiceStopsAnswering(t *testing.T) {
+	lock := redisLock(t)
+	_, upstream, _ := strings.Cut(lock.url, "://")
+	p := harness.NewProxy(t, upstream)
+	lock.url = "redis://" + p.Addr()
+	jd := newJobDir(t)
+	fg := startFenceguard(t, jd.env(), lock.run("k", []string{"--ttl", "30s"}, holdScript+"; exit 3", "a")...)
+	jd.number(t, "a.token", 30*time.Second)
+	if err := p.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	lat := harness.StartLateness(t)
+	ended := time.Now()
+	jd.touch(t, "a.release")
+	r := finish(t, fg, time.Minute)
+	if r.code != 3 {
+		t.Errorf("exit %d, want the job's 3; stderr: %s", r.code, r.stderr)
+	}
+	if took := time.Since(ended); took > lat.Allowance(10*time.Second, ended) {
+		t.Errorf("exited %v after the job ended, want within a few seconds", took.Round(time.Millisecond))
+	}
+}

@@ -394,3 +394,43 @@ while :; do sleep 0.05; done`
 		})
 	}
 }
+
+// TestRunEndsTheWaitForTheLockOnASignal signals an invocation waiting in the
+// lock's queue: it gives up at once, with 128+N, and never runs its job.
+func TestRunEndsTheWaitForTheLockOnASignal(t *testing.T) {
+	db := redisserver.Shared(t)
+	lock := lockSpec{url: "redis://" + db.Addr, prefix: db.Prefix}
+	jd := newJobDir(t)
+	const key = "k"
+	holder := startFenceguard(t, jd.env(), lock.run(key, nil, holdScript, "a")...)
+	jd.number(t, "a.token", 30*time.Second)
+	waiter := startFenceguard(t, jd.env(), lock.run(key, []string{"--wait", "60s"}, holdScript, "b")...)
+
+	rdb := redis.NewClient(&redis.Options{Addr: db.Addr})
+	defer rdb.Close()
+	// The waiter is in the lock's queue: <prefix>{<key>}:q (package redislock).
+	harness.Eventually(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, err := rdb.ZCard(ctx, db.Prefix+"{"+key+"}:q").Result()
+		if err == nil && n == 0 {
+			err = fmt.Errorf("no waiter in the lock's queue")
+		}
+		return err
+	})
+	if err := waiter.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := finish(t, waiter, 10*time.Second)
+	if r.code != 128+15 {
+		t.Errorf("waiter: exit %d, want 143 (ended by SIGTERM); stderr: %s", r.code, r.stderr)
+	}
+	if s := jd.read(t, "b.pid"); s != "" {
+		t.Errorf("the waiter's job ran")
+	}
+	jd.touch(t, "a.release")
+	if r := finish(t, holder, 30*time.Second); r.code != 0 {
+		t.Errorf("holder: exit %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+	checkFreeAtOnce(t, lock, key)
+}
