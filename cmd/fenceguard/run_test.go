@@ -323,6 +323,7 @@ func TestRunExitsWhenTheCommandCannotRun(t *testing.T) {
 // the lock service does not answer: the program still exits with the job's
 // status within a few seconds, the lock left to expire.
 func TestRunBoundsTheReleaseWhenTheServiceStopsAnswering(t *testing.T) {
+	t.Parallel() // mostly waits out the release
 	lock := redisLock(t)
 	_, upstream, _ := strings.Cut(lock.url, "://")
 	p := harness.NewProxy(t, upstream)

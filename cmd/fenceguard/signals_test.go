@@ -434,3 +434,36 @@ func TestRunEndsTheWaitForTheLockOnASignal(t *testing.T) {
 	}
 	checkFreeAtOnce(t, lock, key)
 }
+
+// TestRunTerminatesTheJobWhenTheServiceStopsAnswering cuts the holder off
+// from a lock service that then answers nothing: no renewal succeeds, the
+// local deadline passes, and the job is terminated.
+func TestRunTerminatesTheJobWhenTheServiceStopsAnswering(t *testing.T) {
+	t.Parallel() // mostly waits out the release
+	lock := redisLock(t)
+	_, upstream, _ := strings.Cut(lock.url, "://")
+	p := harness.NewProxy(t, upstream)
+	lock.url = "redis://" + p.Addr()
+	jd := newJobDir(t)
+	const key = "k"
+	const ttl = 2 * time.Second
+	script := `trap 'echo TERM >> "$JOB/log"; exit 0' TERM
+echo $$ > "$JOB/a.pid"; echo "$FENCING_TOKEN" > "$JOB/a.token"
+while :; do sleep 0.05; done`
+	fg := startFenceguard(t, jd.env(), lock.run(key, []string{"--ttl", ttl.String(), "--grace", "5s"}, script)...)
+	pid := jobPid(t, jd, "a.pid", fg)
+	tok := jd.number(t, "a.token", 30*time.Second)
+	if err := p.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline is at most the TTL after the blackhole.
+	harness.Eventually(t, ttl+2*time.Second, func() error {
+		if jd.read(t, "log") == "" {
+			return fmt.Errorf("the job got no SIGTERM %v after the lock service stopped answering", ttl)
+		}
+		return nil
+	})
+	r := finish(t, fg, 30*time.Second)
+	checkLost(t, r, key, tok)
+	checkGroupGone(t, pid)
+}
