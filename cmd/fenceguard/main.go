@@ -175,7 +175,7 @@ Lock URLs (--lock, default $FENCEGUARD_LOCK):
 	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after a lease of this lock expires, grant it to nobody for this long (at most 1h)")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after the lease is lost, how long CMD has between SIGTERM and SIGKILL")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 5*time.Second, "how long to try reaching the lock service before exiting 69")
-	f.IntVar(&o.conflictExit, "conflict-exit-code", exitNotObtained, "exit code when the lock is held by another (like flock -E)")
+	f.IntVar(&o.conflictExit, "conflict-exit-code", exitNotObtained, "exit code when the lock is held by another (like flock -E); with 0, run prints nothing then")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log renewals, retries and the lock service's warnings to stderr")
 	return cmd
 }

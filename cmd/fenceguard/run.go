@@ -170,6 +170,17 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 		}
 		break
 	}
+	endedFirst := false
+	if lostCause == nil && (lease.Context().Err() != nil || !time.Now().Before(lease.Deadline())) {
+		// CMD's end and the lease's were both pending when this process
+		// ran again (it was frozen with CMD, and CMD was thawed first):
+		// CMD may have acted after the lease ran out. Lost it is.
+		endedFirst = true
+		lostCause = context.Cause(lease.Context())
+		if lostCause == nil {
+			lostCause = fmt.Errorf("lease on %q (token %d) lost: %w", o.key, lease.Token(), guard.ErrDeadline)
+		}
+	}
 	if lostCause != nil {
 		// Whatever CMD left in its group acts under a lost lease too.
 		signalGroup(cmd, sigKILL)
@@ -177,6 +188,9 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 	// Release only now, with CMD gone: within a lock-delay, the release is
 	// what lets the next holder in.
 	relErr := releaseNow(lease)
+	if endedFirst {
+		return withCode(exitLeaseLost, fmt.Errorf("%v; %s ended, but after the lease's deadline: it may have acted without the lock", lostCause, argv[0]))
+	}
 	if lostCause != nil {
 		return withCode(exitLeaseLost, fmt.Errorf("%v; %s was terminated", lostCause, argv[0]))
 	}
@@ -204,7 +218,7 @@ func acquire(ctx context.Context, g *guard.Guard, o runOptions) (*guard.Lease, e
 	case err == nil:
 		return lease, nil
 	case errors.Is(err, locks.ErrNotObtained):
-		return nil, withCode(o.conflictExit, fmt.Errorf("lock %q is held by another holder", o.key))
+		return nil, o.conflict(fmt.Errorf("lock %q is held by another holder", o.key))
 	case errors.Is(err, locks.ErrInvalidArgument):
 		return nil, withCode(exitUsage, err)
 	case errors.Is(err, token.ErrRange):
@@ -212,9 +226,20 @@ func acquire(ctx context.Context, g *guard.Guard, o runOptions) (*guard.Lease, e
 	case ctx.Err() != nil:
 		return nil, withCode(exitSoftware, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded) && !failedAttempt(err):
-		return nil, withCode(o.conflictExit, fmt.Errorf("lock %q still held by another holder after --wait %v", o.key, o.wait))
+		return nil, o.conflict(fmt.Errorf("lock %q still held by another holder after --wait %v", o.key, o.wait))
 	}
 	return nil, withCode(exitUnavailable, fmt.Errorf("lock service %s: %w", o.lockDisplay(), err))
+}
+
+// conflict is the outcome of a lock held by another: exit
+// --conflict-exit-code, saying why on stderr unless that code is 0 (a cron
+// job mails whatever it prints).
+func (o runOptions) conflict(err error) error {
+	if o.conflictExit == 0 {
+		o.log.Debug("fenceguard: " + err.Error())
+		return silentExit(0)
+	}
+	return withCode(o.conflictExit, err)
 }
 
 func (o runOptions) lockDisplay() string {

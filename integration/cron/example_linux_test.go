@@ -21,7 +21,6 @@ import (
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/harness/redisserver"
-	"github.com/fenceguard/fenceguard/integration/internal/itest"
 )
 
 // ttl is every run's lease, as in the README's crontab line.
@@ -203,7 +202,6 @@ func lateWriteFenced(t *testing.T, ex *example) {
 // end and the lost lease it notices first once thawed. Which one it
 // notices first is a race, so the schedule runs several times at once.
 func jobEndedWhileFrozen(t *testing.T, ex *example) {
-	itest.KnownDefect(t, "fenceguard run exits with the job's status, not 77, when the job ended while fenceguard was frozen past its lease and fenceguard sees the job's end before the lost lease")
 	for i := range 3 {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
 			t.Parallel()
