@@ -23,8 +23,9 @@ import (
 
 // The environment variables that give --lock and --store their defaults.
 const (
-	envLock  = "FENCEGUARD_LOCK"
-	envStore = "FENCEGUARD_STORE"
+	envLock   = "FENCEGUARD_LOCK"
+	envPrefix = "FENCEGUARD_PREFIX" // --prefix of run and token
+	envStore  = "FENCEGUARD_STORE"
 )
 
 func main() {
@@ -161,6 +162,7 @@ Lock URLs (--lock, default $FENCEGUARD_LOCK):
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fromEnv(cmd, "lock", envLock, &o.lock)
+			fromEnv(cmd, "prefix", envPrefix, &o.prefix)
 			o.log = logger(stderr, verbose)
 			return runCmd(cmd.Context(), o, args)
 		},
@@ -169,7 +171,7 @@ Lock URLs (--lock, default $FENCEGUARD_LOCK):
 	f.SetInterspersed(false) // what follows CMD is CMD's
 	f.StringVar(&o.lock, "lock", "", "lock service URL (default $"+envLock+")")
 	f.StringVar(&o.key, "key", "", "the lock's key (required)")
-	f.StringVar(&o.prefix, "prefix", "", "where the locks live in the lock service (default: the locker's own)")
+	f.StringVar(&o.prefix, "prefix", "", "where the locks live in the lock service (default $"+envPrefix+", else the locker's own)")
 	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while CMD runs")
 	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after a lease of this lock expires, grant it to nobody for this long (at most 1h)")
@@ -204,6 +206,7 @@ refuses a write that comes too late.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fromEnv(cmd, "lock", envLock, &lock)
+			fromEnv(cmd, "prefix", envPrefix, &prefix)
 			if key == "" {
 				return usageErrorf("token: --key is required")
 			}
@@ -241,7 +244,7 @@ refuses a write that comes too late.`,
 				return nil
 			}
 			if asJSON {
-				return writeJSON(stdout, map[string]any{"key": key, "token": uint64(cur)})
+				return writeJSON(stdout, map[string]any{"key": key, "token": tokenString(cur)})
 			}
 			_, err = fmt.Fprintln(stdout, strconv.FormatUint(uint64(cur), 10))
 			return err
@@ -250,7 +253,7 @@ refuses a write that comes too late.`,
 	f := cmd.Flags()
 	f.StringVar(&lock, "lock", "", "lock service URL (default $"+envLock+"; see fenceguard run --help)")
 	f.StringVar(&key, "key", "", "the lock's key (required)")
-	f.StringVar(&prefix, "prefix", "", "where the locks live in the lock service (default: the locker's own)")
+	f.StringVar(&prefix, "prefix", "", "where the locks live in the lock service (default $"+envPrefix+", else the locker's own)")
 	f.StringVar(&check, "check", "", "exit 0 if this token is the current one, 65 if not; print nothing")
 	f.BoolVar(&asJSON, "json", false, `print {"key":..., "token":...}`)
 	f.DurationVar(&connectTimeout, "connect-timeout", 5*time.Second, "how long to try reaching the lock service before exiting 69")
@@ -276,7 +279,7 @@ For Redis, etcd and ZooKeeper, --prefix is where the fence keeps its marks
 (default: the fence's own).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("fence: name a subcommand: get or reset")
+			return usageErrorf("fence: name a subcommand: get, reset or migrate")
 		},
 	}
 	var (
@@ -324,7 +327,7 @@ For Redis, etcd and ZooKeeper, --prefix is where the fence keeps its marks
 				return serviceError(desc, err)
 			}
 			if asJSON {
-				return writeJSON(stdout, map[string]any{"store": desc, "resource": args[0], "token": uint64(hw)})
+				return writeJSON(stdout, map[string]any{"store": desc, "resource": args[0], "token": tokenString(hw)})
 			}
 			_, err = fmt.Fprintln(stdout, strconv.FormatUint(uint64(hw), 10))
 			return err
@@ -379,7 +382,7 @@ needs --yes.`,
 				return serviceError(desc, err)
 			}
 			if asJSON {
-				return writeJSON(stdout, map[string]any{"store": desc, "resource": resource, "previous": uint64(prev), "token": uint64(n)})
+				return writeJSON(stdout, map[string]any{"store": desc, "resource": resource, "previous": tokenString(prev), "token": tokenString(n)})
 			}
 			_, err = fmt.Fprintf(stdout, "%s: %d -> %d\n", resource, prev, n)
 			return err
@@ -388,7 +391,40 @@ needs --yes.`,
 	addFlags(reset)
 	reset.Flags().StringVar(&to, "to", "", "the mark to set (required; not 0)")
 	reset.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
-	fence.AddCommand(get, reset)
+	migrate := &cobra.Command{
+		Use:   "migrate --store postgres://... [--tokens-table T | --table T --key-column C [--column C]]",
+		Short: "Create or upgrade the PostgreSQL tables a fence keeps its marks in",
+		Long: `migrate sets up PostgreSQL for fencing, as storage/postgres's Migrate
+functions do: it creates the high-water table (fence_tokens, or --tokens-table)
+unless it exists, with its trigger, and with --table adds the token column
+(bigint not null default 0; --column, default fence_token) to that table,
+taking a brief ACCESS EXCLUSIVE lock. It is idempotent: run it again after
+upgrading fenceguard. Redis, etcd and ZooKeeper fences need no set-up.`,
+		Example: `  fenceguard fence migrate --store postgres://app@db/shop
+  fenceguard fence migrate --store postgres://app@db/shop --table items --key-column sku`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, desc, closeStore, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			mg, ok := m.(migrator)
+			if !ok {
+				_, err := fmt.Fprintf(stdout, "%s: nothing to set up\n", desc)
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			if err := mg.Migrate(ctx); err != nil {
+				return serviceError(desc, err)
+			}
+			_, err = fmt.Fprintf(stdout, "%s: set up for fencing\n", desc)
+			return err
+		},
+	}
+	addFlags(migrate)
+	fence.AddCommand(get, reset, migrate)
 	return fence
 }
 
@@ -417,6 +453,11 @@ func exactlyOne(name string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// tokenString is a token as JSON carries it: a decimal string, as the
+// HTTP middleware writes it, for JSON numbers lose digits above 2^53 in
+// most readers (jq, JavaScript).
+func tokenString(t token.Token) string { return strconv.FormatUint(uint64(t), 10) }
 
 func writeJSON(w io.Writer, v any) error {
 	b, err := json.Marshal(v)

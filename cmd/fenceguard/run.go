@@ -33,14 +33,18 @@ type runOptions struct {
 // releaseTimeout bounds the release at the end of a run.
 const releaseTimeout = 5 * time.Second
 
+// minTTL is the shortest --ttl: a process is not scheduled reliably enough
+// to renew a shorter lease, whatever the lock service allows.
+const minTTL = time.Second
+
 func (o *runOptions) check(argv []string) error {
 	switch {
 	case o.key == "":
 		return usageErrorf("run: --key is required")
 	case len(argv) == 0:
 		return usageErrorf("run: no command given: fenceguard run [flags] -- CMD [ARGS...]")
-	case o.ttl <= 0:
-		return usageErrorf("run: --ttl %v: must be positive", o.ttl)
+	case o.ttl < minTTL:
+		return usageErrorf("run: --ttl %v: must be at least %v (the lease is renewed every TTL/3)", o.ttl, minTTL)
 	case o.wait < 0:
 		return usageErrorf("run: --wait %v: must be 0 (one attempt) or positive", o.wait)
 	case o.grace <= 0:
@@ -134,9 +138,17 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 		"FENCING_TOKEN="+strconv.FormatUint(uint64(lease.Token()), 10),
 		"FENCING_KEY="+o.key,
 		"FENCING_HEADER="+token.Header,
+		// So that fenceguard token, run inside CMD, asks the same lock.
+		envLock+"="+o.lock,
+		envPrefix+"="+o.prefix,
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	ownGroup(cmd)
+	jobc := make(chan os.Signal, 2)
+	if len(jobControl) > 0 { // Notify with no signals would relay all
+		signal.Notify(jobc, jobControl...)
+	}
+	defer signal.Stop(jobc)
 	if err := cmd.Start(); err != nil {
 		releaseNow(lease)
 		return cmdNotRunnable(argv[0], err)
@@ -153,11 +165,28 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 		select {
 		case s := <-sigc:
 			signalGroup(cmd, s)
+			if s != sigUSR1 && s != sigUSR2 {
+				// A stopped CMD acts on a signal only once continued.
+				signalGroup(cmd, sigCONT)
+			}
+			continue
+		case s := <-jobc:
+			jobControlSignal(cmd, s)
 			continue
 		case <-leaseDone:
 			leaseDone = nil
+			ended := false
+			select {
+			case err = <-done: // CMD had ended already: see below
+				ended = true
+			default:
+			}
+			if ended {
+				break
+			}
 			lostCause = context.Cause(lease.Context())
 			signalGroup(cmd, sigTERM)
+			signalGroup(cmd, sigCONT)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()
 			kill = t.C

@@ -143,6 +143,11 @@ func identifier(s string) pgx.Identifier {
 	return pgx.Identifier(strings.Split(s, "."))
 }
 
+// migrator is a store whose tables fence migrate sets up.
+type migrator interface {
+	Migrate(ctx context.Context) error
+}
+
 // tokensMarks are the marks of a PostgreSQL high-water table.
 type tokensMarks struct {
 	k  *postgres.Tokens
@@ -152,6 +157,8 @@ type tokensMarks struct {
 func (m *tokensMarks) HighWater(ctx context.Context, r string) (token.Token, error) {
 	return m.k.HighWater(ctx, m.db, r)
 }
+
+func (m *tokensMarks) Migrate(ctx context.Context) error { return m.k.Migrate(ctx, m.db) }
 
 func (m *tokensMarks) Reset(ctx context.Context, r string, to token.Token) (token.Token, error) {
 	return m.k.Reset(ctx, m.db, r, to)
@@ -172,6 +179,15 @@ func (m *tableMarks) HighWater(ctx context.Context, key string) (token.Token, er
 		return 0, nil
 	}
 	return hw, err
+}
+
+// Migrate creates the high-water table, which keeps the tombstones of
+// deleted rows, and adds the token column to the table.
+func (m *tableMarks) Migrate(ctx context.Context) error {
+	if err := postgres.Migrate(ctx, m.db); err != nil {
+		return err
+	}
+	return m.tb.AddTokenColumn(ctx, m.db)
 }
 
 func (m *tableMarks) Reset(ctx context.Context, key string, to token.Token) (token.Token, error) {
