@@ -4,16 +4,22 @@
 // a script a lock's current token. It is for scheduled jobs written in
 // shell as much as for Go programs: flock(1) across machines, with a token.
 //
-// Install it from a checkout of the repository:
+// Install it from a checkout of the repository, at its root (the
+// workspace, go.work, resolves the other modules):
 //
-//	go install github.com/fenceguard/fenceguard/cmd/fenceguard
+//	go install ./cmd/fenceguard
+//
+// It lands in $(go env GOPATH)/bin; cron's PATH is short, so a crontab
+// names it by its full path.
 //
 // # Usage
 //
-//	fenceguard run   --lock URL --key KEY [--ttl 15s] [--wait 0] [--lock-delay 0] [--grace 10s] -- CMD [ARGS...]
-//	fenceguard token --lock URL --key KEY [--check N] [--json]
-//	fenceguard fence get   --store URL [--prefix P | --tokens-table T | --table T --key-column C [--column C]] [--json] RESOURCE
-//	fenceguard fence reset --store URL --to N [--yes] [same options] RESOURCE
+//	fenceguard run   --lock URL --key KEY [--ttl 15s] [--wait 0] [--lock-delay 0] [--grace 10s]
+//	                 [--prefix P] [--connect-timeout 5s] [--conflict-exit-code 75] [-v] -- CMD [ARGS...]
+//	fenceguard token --lock URL --key KEY [--prefix P] [--check N] [--json]
+//	fenceguard fence get     --store URL [--prefix P | --tokens-table T | --table T --key-column C [--column C]] [--json] RESOURCE
+//	fenceguard fence reset   --store URL --to N [--yes] [same options] RESOURCE
+//	fenceguard fence migrate --store postgres://... [--tokens-table T | --table T --key-column C [--column C]]
 //
 // Every command has --help with examples; --version prints the version.
 // Errors go to stderr in one line that starts with "fenceguard: ".
@@ -31,9 +37,11 @@
 //
 // A host without a port gets the service's usual one. --store (default
 // $FENCEGUARD_STORE) takes postgres:// (a pgx connection string) or the
-// redis, etcd and zk schemes above. Query strings are refused, not ignored:
-// options are flags. --prefix names where the keys live, for programs that
-// set a locker's or fence's Prefix; the default is the library's.
+// redis, etcd and zk schemes above. Query strings are refused, not ignored
+// (options are flags), except in postgres:// URLs, whose options pgx reads.
+// --prefix names where the keys live, for programs that set a locker's or
+// fence's Prefix; the default is the library's ($FENCEGUARD_PREFIX for run
+// and token).
 //
 // # run
 //
@@ -41,20 +49,36 @@
 // --wait D, up to D in the lock's queue) and runs CMD with, added to its
 // environment:
 //
-//	FENCING_TOKEN   the grant's fencing token, in decimal
-//	FENCING_KEY     KEY
-//	FENCING_HEADER  X-Fencing-Token
+//	FENCING_TOKEN      the grant's fencing token, in decimal
+//	FENCING_KEY        KEY
+//	FENCING_HEADER     X-Fencing-Token
+//	FENCEGUARD_LOCK    the --lock URL, and FENCEGUARD_PREFIX the --prefix,
+//	                   so that fenceguard token inside CMD asks the same lock
+//
+// --ttl is at least 1s. With --conflict-exit-code 0, a lock held by
+// another is a quiet success: run prints nothing (cron mails any output).
 //
 // CMD runs in a process group of its own, with run's stdin, stdout and
-// stderr; it is not the terminal's foreground group, so run is for jobs,
-// not interactive programs. HUP, INT, QUIT, TERM, USR1 and USR2 sent to run
-// are passed on to CMD's group. The lease is renewed every TTL/3 while CMD
-// runs. When CMD exits, run releases the lock and exits with CMD's status.
+// stderr. HUP, INT, QUIT, TERM, USR1 and USR2 sent to run are passed on to
+// CMD's group (the terminating ones followed by CONT, so that a stopped CMD
+// acts on them). Ctrl-Z (TSTP) stops CMD's group and then run, and CONT
+// continues both: CMD never runs on while run, stopped, cannot renew. The
+// lease is renewed every TTL/3 while CMD runs. When CMD exits, run
+// releases the lock and exits with CMD's status. Should run itself be
+// killed (SIGKILL, the OOM killer), CMD gets SIGKILL with it on Linux;
+// what CMD started keeps running, as do CMD and its children elsewhere,
+// without the lock, until they end. CMD's group is not the terminal's
+// foreground group: a CMD that reads the terminal is stopped (SIGTTIN)
+// and holds the lock until run is signalled; run is for jobs, not
+// interactive programs.
 //
 // When the lease is lost — a renewal is refused, or its deadline passes
 // without a renewal, as when the whole machine was frozen — run sends
 // SIGTERM to CMD's group at once and SIGKILL after --grace, kills what is
-// left of the group, releases the lock, and exits 77. A frozen job can still
+// left of the group, releases the lock, and exits 77. It exits 77 too when
+// it sees CMD's end only after the lease's deadline (run and CMD frozen
+// together, CMD thawed first): CMD may have acted without the lock. A
+// frozen job can still
 // act in the moment between waking and being stopped: only a resource that
 // checks FENCING_TOKEN refuses what it sends then. For resources that
 // cannot, --lock-delay D makes the lock service grant a lock whose lease
@@ -64,8 +88,11 @@
 //
 // # token
 //
-// token prints the token of the lock's current grant: the holder's, or the
-// last grant's when nobody holds the lock. --check N prints nothing and
+// token prints the token of the lock's current grant: the holder's; when
+// nobody holds the lock, a number at least the last grant's token and below
+// every later grant's (token.Sequencer's Current: on Redis a value the
+// clock floors, on etcd a revision), so "N equals it" means "N is the
+// current holder's". --check N prints nothing and
 // exits 0 when N is that token, 65 when it is not: a script can check
 // "$FENCING_TOKEN" before an action it cannot fence. The answer may be
 // stale by the time the script acts.
@@ -80,7 +107,12 @@
 // --yes. Reset to the lock's current token (fenceguard token): the current
 // holder and later ones are accepted, earlier ones still refused. With
 // --table and --key-column, PostgreSQL resources are the rows of a table in
-// column mode (storage/postgres Table), named by their key.
+// column mode (storage/postgres Table), named by their key. fence migrate
+// creates the PostgreSQL tables (the high-water table, and with --table
+// the token column) as storage/postgres's Migrate functions do; the other
+// stores need no set-up. JSON output carries tokens as decimal strings, as
+// the HTTP middleware does: JSON numbers lose digits above 2^53 in most
+// readers.
 //
 // # Exit status
 //
@@ -91,7 +123,7 @@
 //	69       the lock service or store is unreachable
 //	70       any other failure
 //	75       run: the lock is held by another holder (--conflict-exit-code changes it)
-//	77       run: the lease was lost while CMD ran
+//	77       run: the lease was lost while CMD ran, or had run out when CMD's end was seen
 //	126      run: CMD is not executable
 //	127      run: CMD was not found
 //

@@ -125,16 +125,21 @@ CMD exits. CMD sees:
   FENCING_KEY     KEY
   FENCING_HEADER  X-Fencing-Token, the HTTP header fenced services read
 
+and FENCEGUARD_LOCK and FENCEGUARD_PREFIX, for fenceguard token inside CMD.
+
 CMD runs in a process group of its own. The signals HUP, INT, QUIT, TERM, USR1
-and USR2 are passed on to that group. When the lease is lost (a renewal is
-refused, or the lease's deadline passes, as after the whole machine froze),
-the group gets SIGTERM at once and SIGKILL after --grace, the lock is released
-once CMD is gone, and run exits 77. Losing the lease cannot be prevented; the
-token is what lets a fenced resource refuse a write CMD sends too late.
+and USR2 are passed on to that group; Ctrl-Z stops CMD and run together. When
+the lease is lost (a renewal is refused, or the lease's deadline passes, as
+after the whole machine froze), the group gets SIGTERM at once and SIGKILL
+after --grace, the lock is released once CMD is gone, and run exits 77. Losing
+the lease cannot be prevented; the token is what lets a fenced resource refuse
+a write CMD sends too late. run is for jobs: a CMD that reads the terminal is
+stopped by it (SIGTTIN). If run is killed, CMD is killed with it (Linux).
 
 With --wait 0 (the default) run makes one attempt and exits 75 when another
-holder has the lock, as flock -n does; --wait D waits up to D in the lock's
-queue. --lock-delay D keeps a lock whose lease expired (not released) from
+holder has the lock, as flock -n does (with --conflict-exit-code 0 it exits 0
+and prints nothing); --wait D waits up to D in the lock's queue.
+--lock-delay D keeps a lock whose lease expired (not released) from
 everybody for D more, protection for resources that cannot check a token:
 --grace must be shorter, so CMD is gone before the next holder starts.
 
@@ -172,13 +177,13 @@ Lock URLs (--lock, default $FENCEGUARD_LOCK):
 	f.StringVar(&o.lock, "lock", "", "lock service URL (default $"+envLock+")")
 	f.StringVar(&o.key, "key", "", "the lock's key (required)")
 	f.StringVar(&o.prefix, "prefix", "", "where the locks live in the lock service (default $"+envPrefix+", else the locker's own)")
-	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while CMD runs")
+	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while CMD runs; at least 1s")
 	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after a lease of this lock expires, grant it to nobody for this long (at most 1h)")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after the lease is lost, how long CMD has between SIGTERM and SIGKILL")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 5*time.Second, "how long to try reaching the lock service before exiting 69")
 	f.IntVar(&o.conflictExit, "conflict-exit-code", exitNotObtained, "exit code when the lock is held by another (like flock -E); with 0, run prints nothing then")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log renewals, retries and the lock service's warnings to stderr")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log to stderr what goes wrong on the way: failed renewals, retries, a failed release")
 	return cmd
 }
 
@@ -192,10 +197,12 @@ func newTokenCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "token --lock URL --key KEY [--check N]",
 		Short: "Print the lock's current fencing token, or check a token against it",
 		Long: `token prints the fencing token of the lock's current grant: the current
-holder's token, or the last grant's when nobody holds the lock. A script that
-holds the lock can check, before it acts, that no newer grant exists:
+holder's token; when nobody holds the lock, a number at least the last
+grant's and below every later grant's. A job under fenceguard run (which
+exports FENCEGUARD_LOCK and FENCEGUARD_PREFIX) can check, before it acts,
+that no newer grant exists:
 
-  fenceguard token --lock "$FENCEGUARD_LOCK" --key "$FENCING_KEY" --check "$FENCING_TOKEN" || exit
+  fenceguard token --key "$FENCING_KEY" --check "$FENCING_TOKEN" || exit
 
 --check N prints nothing and exits 0 when N is the current token, 65 when it is
 not (a newer grant exists, or N was never granted). The check is a snapshot: a
@@ -271,7 +278,8 @@ token each resource has accepted.
 Store URLs (--store, default $FENCEGUARD_STORE):
   postgres://user@host:port/db?sslmode=...   PostgreSQL: the high-water table
                                              (fence_tokens, or --tokens-table), or
-                                             with --table, a table's token column
+                                             with --table, a table's token column;
+                                             fence migrate creates them
   redis://..., redis+sentinel://..., redis+cluster://...   the Redis fence
   etcd://h1:p,...                            the etcd fence
   zk://h1:p,...                              the ZooKeeper fence
@@ -365,16 +373,25 @@ needs --yes.`,
 			if n > token.MaxInt64 {
 				return usageErrorf("fence reset: --to %d: above every token a locker issues (%d); the resource would refuse every holder", n, token.MaxInt64)
 			}
-			if !yes {
-				if err := confirm(stdin, stderr, resource, n); err != nil {
-					return err
-				}
+			if !yes && !isTerminal(stdin) {
+				return usageErrorf("fence reset: stdin is not a terminal: give --yes to reset %q without confirmation", resource)
 			}
 			m, desc, closeStore, err := open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeStore()
+			if !yes {
+				ctx, cancel := context.WithTimeout(cmd.Context(), o.connectTimeout)
+				cur, err := m.HighWater(ctx, resource)
+				cancel()
+				if err != nil {
+					return serviceError(desc, err)
+				}
+				if err := confirm(stdin, stderr, desc, resource, cur, n); err != nil {
+					return err
+				}
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.connectTimeout)
 			defer cancel()
 			prev, err := m.Reset(ctx, resource, n)
@@ -428,14 +445,15 @@ upgrading fenceguard. Redis, etcd and ZooKeeper fences need no set-up.`,
 	return fence
 }
 
-// confirm asks, on a terminal, for the resource's name.
-func confirm(stdin io.Reader, stderr io.Writer, resource string, to token.Token) error {
-	f, ok := stdin.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return usageErrorf("fence reset: stdin is not a terminal: give --yes to reset %q without confirmation", resource)
-	}
-	fmt.Fprintf(stderr, "Reset the mark of %q to %d? Type the resource's name to confirm: ", resource, to)
-	line, err := bufio.NewReader(f).ReadString('\n')
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// confirm asks, on the terminal stdin is, for the resource's name.
+func confirm(stdin io.Reader, stderr io.Writer, desc, resource string, cur, to token.Token) error {
+	fmt.Fprintf(stderr, "%s: the mark of %q is %d. Set it to %d? Type the resource's name to confirm: ", desc, resource, cur, to)
+	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil || strings.TrimRight(line, "\r\n") != resource {
 		return withCode(exitSoftware, errors.New("fence reset: not confirmed; nothing changed"))
 	}
@@ -445,10 +463,10 @@ func confirm(stdin io.Reader, stderr io.Writer, resource string, to token.Token)
 func exactlyOne(name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != 1 {
-			return usageErrorf("%s: want exactly one %s, got %d arguments", cmd.Name(), name, len(args))
+			return usageErrorf("%s: want exactly one %s, got %d arguments", cmd.CommandPath()[len("fenceguard "):], name, len(args))
 		}
 		if args[0] == "" {
-			return usageErrorf("%s: the %s is empty", cmd.Name(), name)
+			return usageErrorf("%s: the %s is empty", cmd.CommandPath()[len("fenceguard "):], name)
 		}
 		return nil
 	}
