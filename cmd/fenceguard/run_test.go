@@ -74,6 +74,7 @@ func TestRunRefusesBadUsage(t *testing.T) {
 		{"redis URL with a path not a database", withJob("run", "--lock", db.url+"/reports", "--key", "k")},
 		{"store URL as lock", withJob("run", "--lock", "postgres://127.0.0.1:5432/db", "--key", "k")},
 		{"bad duration", withJob(append(append([]string{"run"}, lockKey...), "--ttl", "soon")...)},
+		{"--ttl below 1s", withJob(append(append([]string{"run"}, lockKey...), "--ttl", "500ms")...)},
 		{"grace equal to lock-delay", withJob(append(append([]string{"run"}, lockKey...), "--lock-delay", "3s", "--grace", "3s")...)},
 		{"grace above lock-delay", withJob(append(append([]string{"run"}, lockKey...), "--lock-delay", "3s", "--grace", "5s")...)},
 		{"default grace 10s above lock-delay", withJob(append(append([]string{"run"}, lockKey...), "--lock-delay", "3s")...)},
@@ -348,5 +349,22 @@ func TestRunBoundsTheReleaseWhenTheServiceStopsAnswering(t *testing.T) {
 	}
 	if took := time.Since(ended); took > lat.Allowance(10*time.Second, ended) {
 		t.Errorf("exited %v after the job ended, want within a few seconds", took.Round(time.Millisecond))
+	}
+}
+
+// TestRunLetsTheJobAskForTheToken checks that a job can run fenceguard token
+// without naming the lock service: run exports FENCEGUARD_LOCK and
+// FENCEGUARD_PREFIX.
+func TestRunLetsTheJobAskForTheToken(t *testing.T) {
+	lock := redisLock(t)
+	jd := newJobDir(t)
+	script := `printf '%s|%s\n' "$FENCEGUARD_LOCK" "$FENCEGUARD_PREFIX" > "$JOB/env"
+"$FG" token --key "$FENCING_KEY" --check "$FENCING_TOKEN"`
+	r := fenceguard(t, append(jd.env(), "FG="+bin), lock.run("k", nil, script)...)
+	if r.code != 0 {
+		t.Errorf("token --check of the job's own token inside the job: exit %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+	if got, want := jd.read(t, "env"), lock.url+"|"+lock.prefix+"\n"; got != want {
+		t.Errorf("the job saw FENCEGUARD_LOCK|FENCEGUARD_PREFIX %q, want %q", got, want)
 	}
 }

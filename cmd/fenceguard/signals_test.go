@@ -467,3 +467,112 @@ while :; do sleep 0.05; done`
 	checkLost(t, r, key, tok)
 	checkGroupGone(t, pid)
 }
+
+// procState is the state letter of pid (0 when there is no such process).
+func procState(pid int) byte {
+	st, _, _ := procStat(pid)
+	return st
+}
+
+// waitState waits until pid's state is (or, with not, is not) one of states.
+func waitState(t *testing.T, what string, pid int, not bool, states string) {
+	t.Helper()
+	harness.Eventually(t, 10*time.Second, func() error {
+		st := procState(pid)
+		if (st != 0 && strings.IndexByte(states, st) >= 0) != not {
+			return nil
+		}
+		return fmt.Errorf("%s (pid %d) is in state %q", what, pid, st)
+	})
+}
+
+// TestRunTakesTheJobDownWhenKilled kills the program with SIGKILL, which it
+// cannot pass on: the job dies with it rather than run on without the lock.
+func TestRunTakesTheJobDownWhenKilled(t *testing.T) {
+	lock := redisLock(t)
+	jd := newJobDir(t)
+	fg := startFenceguard(t, jd.env(), lock.run("k", nil, `echo $$ > "$JOB/a.pid"; while :; do sleep 0.05; done`)...)
+	pid := jobPid(t, jd, "a.pid", fg)
+	if err := fg.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, fg, 10*time.Second)
+	waitState(t, "the job of the killed program", pid, false, "Z\x00")
+}
+
+// TestRunStopsTheJobOnCtrlZ sends the program SIGTSTP, as a terminal's
+// Ctrl-Z does: the job stops with it, and SIGCONT to the program continues
+// both.
+func TestRunStopsTheJobOnCtrlZ(t *testing.T) {
+	lock := redisLock(t)
+	jd := newJobDir(t)
+	fg := startFenceguard(t, jd.env(), lock.run("k", nil, holdScript, "a")...)
+	pid := jobPid(t, jd, "a.pid", fg)
+	if err := fg.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, "the job", pid, false, "T")
+	waitState(t, "the program", fg.Process.Pid, false, "T")
+	if err := fg.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, "the job", pid, true, "T")
+	jd.touch(t, "a.release")
+	if r := finish(t, fg, 30*time.Second); r.code != 0 {
+		t.Errorf("exit %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+}
+
+// TestRunEndsTheJobWhenItsLeaseRanOutDuringCtrlZ stops an invocation with
+// SIGTSTP past its TTL while another takes the lock: continued, the job is
+// terminated and the program exits 77.
+func TestRunEndsTheJobWhenItsLeaseRanOutDuringCtrlZ(t *testing.T) {
+	lock := redisLock(t)
+	jd := newJobDir(t)
+	const key = "k"
+	script := `trap 'echo TERM >> "$JOB/log"; exit 0' TERM
+echo "$FENCING_TOKEN" > "$JOB/a.token"; echo $$ > "$JOB/a.pid"
+while :; do sleep 0.05; done`
+	fg := startFenceguard(t, jd.env(), lock.run(key, []string{"--ttl", "1s", "--grace", "5s"}, script)...)
+	pid := jobPid(t, jd, "a.pid", fg)
+	tok := jd.number(t, "a.token", time.Second)
+	if err := fg.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, "the job", pid, false, "T")
+	waitState(t, "the program", fg.Process.Pid, false, "T")
+	r := fenceguard(t, jd.env(), lock.run(key, []string{"--wait", "30s"}, "exit 0")...)
+	if r.code != 0 {
+		t.Fatalf("the second invocation, while the first was stopped: exit %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+	if err := fg.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r = finish(t, fg, 30*time.Second)
+	if got := jd.read(t, "log"); got != "TERM\n" {
+		t.Errorf("the job recorded %q, want %q (SIGTERM)", got, "TERM\n")
+	}
+	checkLost(t, r, key, tok)
+	checkGroupGone(t, pid)
+}
+
+// TestRunTerminatesAStoppedJob forwards SIGTERM to a job that stopped itself
+// (as one reading the terminal does): the job must act on it, not hold the
+// lock stopped for good.
+func TestRunTerminatesAStoppedJob(t *testing.T) {
+	lock := redisLock(t)
+	jd := newJobDir(t)
+	fg := startFenceguard(t, jd.env(), lock.run("k", nil, `echo $$ > "$JOB/a.pid"; kill -STOP $$; echo continued >> "$JOB/log"`)...)
+	pid := jobPid(t, jd, "a.pid", fg)
+	waitState(t, "the job", pid, false, "T")
+	if err := fg.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := finish(t, fg, 30*time.Second); r.code != 128+15 {
+		t.Errorf("exit %d, want 143 (the job ended by SIGTERM); stderr: %s", r.code, r.stderr)
+	}
+	if s := jd.read(t, "log"); s != "" {
+		t.Errorf("the job carried on after SIGTERM: %q", s)
+	}
+	checkFreeAtOnce(t, lock, "k")
+}
