@@ -55,22 +55,34 @@
 //	FENCEGUARD_LOCK    the --lock URL, and FENCEGUARD_PREFIX the --prefix,
 //	                   so that fenceguard token inside CMD asks the same lock
 //
-// --ttl is at least 1s. With --conflict-exit-code 0, a lock held by
-// another is a quiet success: run prints nothing (cron mails any output).
+// --ttl is from 1s to 24h. The first attempt is made whatever --wait is;
+// when a wait runs out, run asks the lock service whether it still
+// answers, and exits 69 rather than 75 when it does not. With
+// --conflict-exit-code 0, a lock held by another is a quiet success: run
+// prints nothing (cron mails any output). The command line is visible to
+// every user (ps): give credentials in $FENCEGUARD_LOCK rather than in
+// --lock. run passes the URL on to CMD, credentials included.
 //
 // CMD runs in a process group of its own, with run's stdin, stdout and
 // stderr. HUP, INT, QUIT, TERM, USR1 and USR2 sent to run are passed on to
 // CMD's group (the terminating ones followed by CONT, so that a stopped CMD
 // acts on them). Ctrl-Z (TSTP) stops CMD's group and then run, and CONT
-// continues both: CMD never runs on while run, stopped, cannot renew. The
-// lease is renewed every TTL/3 while CMD runs. When CMD exits, run
-// releases the lock and exits with CMD's status. Should run itself be
-// killed (SIGKILL, the OOM killer), CMD gets SIGKILL with it on Linux;
-// what CMD started keeps running, as do CMD and its children elsewhere,
-// without the lock, until they end. CMD's group is not the terminal's
-// foreground group: a CMD that reads the terminal is stopped (SIGTTIN)
-// and holds the lock until run is signalled; run is for jobs, not
-// interactive programs.
+// continues both. The lease is renewed every TTL/3 while CMD runs. When
+// CMD exits, what it left running in its group (a shell's background job)
+// gets TERM, and KILL after --grace; then run releases the lock and exits
+// with CMD's status.
+//
+// What run cannot supervise: a process CMD moved out of its group (setsid,
+// a shell's "set -m" jobs) outlives it, with or without the lock. Should
+// run itself be killed (SIGKILL, the OOM killer), CMD gets SIGKILL with it
+// on Linux, but what CMD started keeps running, as do CMD and its children
+// elsewhere; should run alone be stopped (SIGSTOP, a debugger, a cgroup
+// freezer on run only), CMD runs on while nothing renews the lease. In
+// both cases another holder may be granted the lock while they act: the
+// token is what refuses their writes. CMD's group is not the terminal's
+// foreground group: a CMD that reads the terminal is stopped (SIGTTIN) and
+// holds the lock until run is signalled; run is for jobs, not interactive
+// programs.
 //
 // When the lease is lost — a renewal is refused, or its deadline passes
 // without a renewal, as when the whole machine was frozen — run sends
@@ -78,13 +90,14 @@
 // left of the group, releases the lock, and exits 77. It exits 77 too when
 // it sees CMD's end only after the lease's deadline (run and CMD frozen
 // together, CMD thawed first): CMD may have acted without the lock. A
-// frozen job can still
-// act in the moment between waking and being stopped: only a resource that
+// frozen job can still act in the moment between waking and being
+// stopped: only a resource that
 // checks FENCING_TOKEN refuses what it sends then. For resources that
 // cannot, --lock-delay D makes the lock service grant a lock whose lease
 // expired to nobody for D more (see docs/design.md, "Lock-delay"); --grace
 // must then be shorter than D, so that CMD is gone before the next holder
-// starts, and the lock is released only once CMD is gone.
+// starts: when the lease's deadline plus the delay comes first, the KILL
+// comes then. The lock is released only once CMD is gone.
 //
 // # token
 //
@@ -93,7 +106,8 @@
 // every later grant's (token.Sequencer's Current: on Redis a value the
 // clock floors, on etcd a revision), so "N equals it" means "N is the
 // current holder's". --check N prints nothing and
-// exits 0 when N is that token, 65 when it is not: a script can check
+// exits 0 when N is that token, 65 (saying on stderr where the lock
+// stands) when it is not: a script can check
 // "$FENCING_TOKEN" before an action it cannot fence. The answer may be
 // stale by the time the script acts.
 //

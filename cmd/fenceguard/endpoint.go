@@ -73,8 +73,13 @@ func (e *endpoint) String() string {
 // fragments are refused: no option is read from them.
 func parseEndpoint(raw string) (*endpoint, error) {
 	i := strings.Index(raw, "://")
+	if i <= 0 && strings.Contains(raw, "=") {
+		// A PostgreSQL keyword/value string: host=... dbname=...
+		return &endpoint{raw: raw, scheme: schemePostgres}, nil
+	}
 	if i <= 0 {
-		return nil, usageErrorf("%q is not a URL: want scheme://host:port, e.g. redis://127.0.0.1:6379", redactURL(raw))
+		// Not echoed: it may be a password.
+		return nil, usageErrorf("a %d-character value is not a URL: want scheme://host:port, e.g. redis://127.0.0.1:6379", len(raw))
 	}
 	e := &endpoint{raw: raw, scheme: strings.ToLower(raw[:i])}
 	if e.scheme == "postgresql" {
@@ -87,13 +92,17 @@ func parseEndpoint(raw string) (*endpoint, error) {
 	if _, ok := defaultPorts[e.scheme]; !ok {
 		return nil, usageErrorf("unknown scheme %q in %s", e.scheme, redactURL(raw))
 	}
-	auth, tail := rest, ""
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		auth, tail = rest[:j], rest[j:]
+	// The credentials end at the last "@": a password may hold "/", "?"
+	// or "#" unescaped, and the hosts and path hold no "@".
+	info, hostsAndPath, hasInfo := "", rest, false
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		info, hostsAndPath, hasInfo = rest[:at], rest[at+1:], true
 	}
-	if at := strings.LastIndex(auth, "@"); at >= 0 {
-		info := auth[:at]
-		auth = auth[at+1:]
+	auth, tail := hostsAndPath, ""
+	if j := strings.IndexAny(hostsAndPath, "/?#"); j >= 0 {
+		auth, tail = hostsAndPath[:j], hostsAndPath[j:]
+	}
+	if hasInfo {
 		user, pass, hasPass := strings.Cut(info, ":")
 		var err error
 		if e.user, err = url.PathUnescape(user); err != nil {
@@ -107,21 +116,21 @@ func parseEndpoint(raw string) (*endpoint, error) {
 	for _, h := range strings.Split(auth, ",") {
 		h = strings.TrimSpace(h)
 		if h == "" {
-			continue
+			return nil, usageErrorf("an empty host in %s", redactURL(raw))
 		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			// No port (or an IPv6 address without brackets): add the
-			// default, then check again.
+		if !strings.Contains(h, ":") || (strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]")) {
+			// No port: a name, an IPv4 address or a bracketed IPv6 one.
 			h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPorts[e.scheme])
-			if _, _, err := net.SplitHostPort(h); err != nil {
-				return nil, usageErrorf("bad host %q in %s", h, redactURL(raw))
-			}
 		}
-		host, port, _ := net.SplitHostPort(h)
-		if host == "" {
-			return nil, usageErrorf("no host name in %q of %s", h, redactURL(raw))
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			return nil, usageErrorf("bad host %q in %s: want host:port, [ipv6]:port", h, redactURL(raw))
 		}
-		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		if host == "" || strings.ContainsAny(host, "[]") {
+			return nil, usageErrorf("bad host name in %q of %s", h, redactURL(raw))
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil || n <= 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
 			return nil, usageErrorf("bad port %q in %s", port, redactURL(raw))
 		}
 		e.hosts = append(e.hosts, h)
@@ -170,18 +179,16 @@ func redisDB(e *endpoint, path string) (int, error) {
 	return n, nil
 }
 
-// redactURL hides the password of a URL that could not be parsed.
+// redactURL hides the password of a URL that could not be parsed: all that
+// precedes the last "@" but the user name. A value that is not a URL is not
+// shown at all.
 func redactURL(raw string) string {
 	i := strings.Index(raw, "://")
 	if i < 0 {
-		return fmt.Sprintf("%.40q", raw)
+		return fmt.Sprintf("(a %d-character value that is not a URL)", len(raw))
 	}
 	rest := raw[i+3:]
-	end := len(rest)
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		end = j
-	}
-	at := strings.LastIndex(rest[:end], "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return raw
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // Signals that do not exist here never arrive; they keep their names so
@@ -38,6 +39,9 @@ func signalGroup(cmd *exec.Cmd, s os.Signal) {
 		_ = cmd.Process.Kill()
 	}
 }
+
+// endGroup does nothing: there is no group to end here.
+func endGroup(*exec.Cmd, time.Duration) {}
 
 func killedBy(*exec.ExitError) (int, bool) { return 0, false }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 const (
@@ -40,6 +41,25 @@ func signalGroup(cmd *exec.Cmd, s os.Signal) {
 	if n, ok := s.(syscall.Signal); ok && cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, n)
 	}
+}
+
+// endGroup ends what is left of CMD's group once CMD has exited: TERM (and
+// CONT), then KILL if anything is left after grace.
+func endGroup(cmd *exec.Cmd, grace time.Duration) {
+	pgid := -cmd.Process.Pid
+	if syscall.Kill(pgid, 0) != nil {
+		return // nothing left (ESRCH)
+	}
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	_ = syscall.Kill(pgid, syscall.SIGCONT)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if syscall.Kill(pgid, 0) != nil {
+			return
+		}
+	}
+	_ = syscall.Kill(pgid, syscall.SIGKILL)
 }
 
 // jobControlSignal stops CMD's group and then run itself on SIGTSTP (the

@@ -37,14 +37,19 @@ const releaseTimeout = 5 * time.Second
 // to renew a shorter lease, whatever the lock service allows.
 const minTTL = time.Second
 
+// maxTTL is the longest --ttl: within what every lock service takes, TTL
+// plus the longest lock-delay included. A lease lives as long as CMD runs
+// whatever its TTL; the TTL is how long a holder that vanished keeps it.
+const maxTTL = 24 * time.Hour
+
 func (o *runOptions) check(argv []string) error {
 	switch {
 	case o.key == "":
 		return usageErrorf("run: --key is required")
 	case len(argv) == 0:
 		return usageErrorf("run: no command given: fenceguard run [flags] -- CMD [ARGS...]")
-	case o.ttl < minTTL:
-		return usageErrorf("run: --ttl %v: must be at least %v (the lease is renewed every TTL/3)", o.ttl, minTTL)
+	case o.ttl < minTTL || o.ttl > maxTTL:
+		return usageErrorf("run: --ttl %v: must be from %v to %v (the lease is renewed every TTL/3 while CMD runs)", o.ttl, minTTL, maxTTL)
 	case o.wait < 0:
 		return usageErrorf("run: --wait %v: must be 0 (one attempt) or positive", o.wait)
 	case o.grace <= 0:
@@ -107,19 +112,21 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 		endWatch()
 		return orSignal(interrupted, err)
 	}
-	defer c.Close()
+	// Closing waits for clients' calls in flight, which a service that
+	// stopped answering holds up: bounded, for the exit is near.
+	defer closeWithin(closeTimeout, c.Close)
 	l, closeLocker, err := c.locker(lockOptions{prefix: o.prefix, lockDelay: o.lockDelay, log: o.log})
 	if err != nil {
 		endWatch()
 		return withCode(exitUsage, err)
 	}
-	defer closeLocker()
+	defer closeWithin(closeTimeout, closeLocker)
 	g, err := guard.New(l, guard.Options{TTL: o.ttl, Logger: o.log})
 	if err != nil {
 		endWatch()
 		return withCode(exitUsage, fmt.Errorf("run: %w", err))
 	}
-	lease, err := acquire(ctx, g, o)
+	lease, err := acquire(ctx, g, c, o)
 	endWatch()
 	if err != nil {
 		return orSignal(interrupted, err)
@@ -187,7 +194,15 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 			lostCause = context.Cause(lease.Context())
 			signalGroup(cmd, sigTERM)
 			signalGroup(cmd, sigCONT)
-			t := time.NewTimer(o.grace)
+			killIn := o.grace
+			if o.lockDelay > 0 {
+				// The next holder may start when the delay past the
+				// lease's deadline is over: CMD must be gone by then,
+				// whatever is left of its grace (none, after a long
+				// freeze).
+				killIn = min(killIn, time.Until(lease.Deadline().Add(o.lockDelay)))
+			}
+			t := time.NewTimer(max(killIn, 0))
 			defer t.Stop()
 			kill = t.C
 			continue
@@ -213,6 +228,11 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 	if lostCause != nil {
 		// Whatever CMD left in its group acts under a lost lease too.
 		signalGroup(cmd, sigKILL)
+	} else {
+		// What CMD left running in its group (a shell's background job)
+		// would act after the release: it gets TERM, and KILL after
+		// --grace.
+		endGroup(cmd, o.grace)
 	}
 	// Release only now, with CMD gone: within a lock-delay, the release is
 	// what lets the next holder in.
@@ -231,17 +251,26 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 
 // acquire takes the lock: one attempt with --wait 0, else waiting up to
 // --wait in the lock's queue.
-func acquire(ctx context.Context, g *guard.Guard, o runOptions) (*guard.Lease, error) {
-	var (
-		lease *guard.Lease
-		err   error
-	)
-	if o.wait == 0 {
-		lease, err = g.TryAcquire(ctx, o.key)
-	} else {
-		wctx, cancel := context.WithTimeout(ctx, o.wait)
+func acquire(ctx context.Context, g *guard.Guard, c *conn, o runOptions) (*guard.Lease, error) {
+	start := time.Now()
+	// The first attempt, whatever --wait is: a free lock is taken even
+	// with a --wait shorter than a round trip.
+	lease, err := g.TryAcquire(ctx, o.key)
+	if o.wait > 0 && errors.Is(err, locks.ErrNotObtained) {
+		wctx, cancel := context.WithTimeout(ctx, o.wait-time.Since(start))
 		defer cancel()
 		lease, err = g.Acquire(wctx, o.key)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !failedAttempt(err) {
+			// The wait ran out with no attempt failing: the lock was held
+			// all along, or the service stopped answering while the
+			// acquire waited for a wake-up. Ask it.
+			pctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+			perr := c.ping(pctx)
+			cancel()
+			if perr != nil {
+				return nil, withCode(exitUnavailable, fmt.Errorf("lock service %s stopped answering while run waited for %q: %w", c.ep, o.key, perr))
+			}
+		}
 	}
 	switch {
 	case err == nil:
@@ -294,6 +323,25 @@ func failedAttempt(err error) bool {
 		err = errors.Unwrap(err)
 	}
 	return false
+}
+
+// closeTimeout bounds the closing of clients at the end of a run.
+const closeTimeout = 2 * time.Second
+
+// closeWithin runs f, waiting for it at most d: what it leaves undone ends
+// with the process.
+func closeWithin(d time.Duration, f func() error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // releaseNow releases the lease within releaseTimeout.

@@ -69,7 +69,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
-		o := &redis.Options{Addr: e.hosts[0], Username: e.user, Password: e.password, DB: db, DialTimeout: timeout}
+		o := &redis.Options{Addr: e.hosts[0], Username: e.user, Password: e.password, DB: db, DialTimeout: timeout, ContextTimeoutEnabled: true}
 		if e.scheme == schemeRediss {
 			o.TLSConfig = tlsFor(e.hosts[0])
 		}
@@ -88,6 +88,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		cli := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: master, SentinelAddrs: e.hosts,
 			Username: e.user, Password: e.password, DB: db, DialTimeout: timeout,
+			ContextTimeoutEnabled: true,
 		})
 		c.redis = cli
 		c.closers = append(c.closers, cli.Close)
@@ -95,7 +96,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		if err := e.noPath(); err != nil {
 			return nil, err
 		}
-		cli := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.hosts, Username: e.user, Password: e.password, DialTimeout: timeout})
+		cli := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.hosts, Username: e.user, Password: e.password, DialTimeout: timeout, ContextTimeoutEnabled: true})
 		c.redis = cli
 		c.closers = append(c.closers, cli.Close)
 	case schemeRedlock:
@@ -107,7 +108,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		}
 		for _, h := range e.hosts {
 			// One dial attempt: a dead node must not stall every call.
-			cli := redis.NewClient(&redis.Options{Addr: h, Username: e.user, Password: e.password, DialTimeout: timeout, DialerRetries: 1})
+			cli := redis.NewClient(&redis.Options{Addr: h, Username: e.user, Password: e.password, DialTimeout: timeout, DialerRetries: 1, ContextTimeoutEnabled: true})
 			c.nodes = append(c.nodes, cli)
 			c.closers = append(c.closers, cli.Close)
 		}
@@ -147,6 +148,12 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		return nil, usageErrorf("%s: not a lock service; want %s", e, lockSchemes)
 	}
 	if err := c.ping(ctx); err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			// The server answered, with an error: wrong password, no
+			// permission, a cluster that is down.
+			return nil, withCode(exitSoftware, fmt.Errorf("%s: %w", e, err))
+		}
 		return nil, unreachable(err)
 	}
 	return c, nil

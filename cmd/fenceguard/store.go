@@ -123,6 +123,12 @@ func openPostgresMarks(ctx context.Context, ep *endpoint, o storeOptions) (marks
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered, refusing: no such database, a wrong
+			// password.
+			return nil, "", nil, withCode(exitSoftware, fmt.Errorf("%s: %w", desc, err))
+		}
 		return nil, "", nil, withCode(exitUnavailable, fmt.Errorf("%s unreachable: %w", desc, err))
 	}
 	switch m := m.(type) {
