@@ -1,0 +1,313 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// MetadataKey is the metadata key that carries a token, in the wire form
+// of [token.Parse]: the name of the HTTP header [token.Header], lower
+// case, as gRPC metadata keys are.
+const MetadataKey = "x-fencing-token"
+
+// binaryKey is MetadataKey's binary form, which the interceptors refuse:
+// a token is text, and a client sending it as bytes expects a fence that
+// this one would not be.
+const binaryKey = MetadataKey + "-bin"
+
+// Options configure an [Interceptor]. Zero fields select defaults; [New]
+// validates them once.
+type Options struct {
+	// Resource derives the resource key of a call from its full method
+	// ("/pkg.Service/Method") and its request message, and is required.
+	// It sees nothing else of the call — not the metadata, so a key the
+	// client names beside the request is never used. For a stream it is
+	// called once, at the stream's start, with a nil message: a stream's
+	// key comes from its method ([Options.Fenced] and the guarantees in
+	// the package doc).
+	//
+	// It must map each resource to exactly one key, the key the store and
+	// the handler use for it: two spellings of one resource would have two
+	// high-water marks, and a stale holder could use the other one. An
+	// error, or a key that is empty, longer than 512 bytes, not UTF-8 or
+	// holds a control character, answers INVALID_ARGUMENT ([ReasonNoResource]).
+	Resource func(ctx context.Context, method string, req any) (string, error)
+
+	// Fence holds the high-water marks and is required: a
+	// [*token.MemoryFence] for a resource served by one process; a shared
+	// one (redislock.Fence, the storage/postgres fence) otherwise; or
+	// [ClaimInStore] when the store behind the handler claims the token in
+	// the same step as the access.
+	Fence token.Fence
+
+	// Fenced reports whether calls to the full method are fenced at all.
+	// Calls to a method that is not pass straight through, token or not,
+	// unseen by Observe. Default: every method. gRPC v1.79.3 and later
+	// refuse a call whose method does not start with '/', so a method
+	// has one spelling here.
+	Fenced func(method string) bool
+
+	// Require reports whether a call to a fenced method must carry a
+	// token. A call that need not and does not passes through, unchecked
+	// and without a token in its context; one that carries a token is
+	// checked and claims like any other. Default: every fenced method
+	// requires one ([RequireAll]).
+	Require func(method string) bool
+
+	// Check decides, before the claim, whether the token can have been
+	// granted for the resource at all; a [*token.ForgedError] (or any
+	// error wrapping [token.ErrForged]) answers PERMISSION_DENIED, any
+	// other error UNAVAILABLE, and neither claims anything. It runs before
+	// [Options.SerializePerKey] waits for the key. Default
+	// [token.DefaultCheck]; add a [token.SequencerCheck] with etcd's and
+	// ZooKeeper's tokens.
+	Check token.Check
+
+	// SerializePerKey makes fenced calls for one resource key run one at
+	// a time in this process: a per-key mutex is held from before the
+	// claim until the handler returns (for a stream: until the stream
+	// ends), so claim and effect are atomic against every other fenced
+	// call through this Interceptor. A call that ends while it waits is
+	// refused UNAVAILABLE. Calls without a token are not serialized. A
+	// long-lived stream holds up its key for as long as it is open.
+	SerializePerKey bool
+
+	// CheckEachMessage makes a stream claim its key again, with the same
+	// token, before each message it receives after the first claim: a
+	// newer holder's claim then ends the old holder's stream at its next
+	// message (RecvMsg returns the ABORTED refusal) instead of letting it
+	// go on under a lost lock. Each message costs one claim.
+	CheckEachMessage bool
+
+	// Observe, if not nil, is called once for every call to a fenced
+	// method, with its [Outcome] — every refusal, those made before the
+	// Check and the Fence ever see the call included — before the refusal
+	// is returned or the handler runs. It runs on the call's goroutine and
+	// must be quick.
+	Observe func(ctx context.Context, method string, o Outcome)
+}
+
+// RequireAll requires a token on every fenced method. It is the default
+// [Options.Require].
+func RequireAll(string) bool { return true }
+
+// Interceptor enforces fencing tokens on a gRPC server. Make one with
+// [New]; the zero Interceptor is not usable. It is safe for concurrent
+// use; install both its interceptors on one server, so that
+// [Options.SerializePerKey] covers unary calls and streams alike.
+type Interceptor struct {
+	o     Options
+	locks *keyLocks // nil unless SerializePerKey
+}
+
+// New returns an Interceptor for o. It fails with a descriptive error when
+// a required option is missing.
+func New(o Options) (*Interceptor, error) {
+	switch {
+	case o.Resource == nil:
+		return nil, errors.New("grpcmw: Options.Resource is required")
+	case o.Fence == nil:
+		return nil, errors.New("grpcmw: Options.Fence is required")
+	}
+	if o.Fenced == nil {
+		o.Fenced = func(string) bool { return true }
+	}
+	if o.Require == nil {
+		o.Require = RequireAll
+	}
+	if o.Check == nil {
+		o.Check = token.DefaultCheck()
+	}
+	i := &Interceptor{o: o}
+	if o.SerializePerKey {
+		i.locks = new(keyLocks)
+	}
+	return i, nil
+}
+
+// UnaryServerInterceptor returns the interceptor for unary calls, for
+// [grpc.ChainUnaryInterceptor] or [grpc.UnaryInterceptor]: a call reaches
+// its handler only with a valid token that the Check and the Fence
+// accepted for the call's resource, which the handler then finds in its
+// context ([token.FromContext] gives the resource key and the token) —
+// or, where [Options.Require] allows, with no token at all.
+func (i *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !i.o.Fenced(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		a, err := i.admit(ctx, info.FullMethod, req)
+		if err != nil {
+			return nil, err
+		}
+		defer a.done()
+		return handler(a.ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns the interceptor for streams, for
+// [grpc.ChainStreamInterceptor] or [grpc.StreamInterceptor]. A stream
+// claims its key once, before the handler runs, with the key
+// [Options.Resource] derives from the method; the handler's stream
+// context carries key and token. With [Options.CheckEachMessage] it claims
+// again before every message received.
+func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !i.o.Fenced(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		a, err := i.admit(ss.Context(), info.FullMethod, nil)
+		if err != nil {
+			return err
+		}
+		defer a.done()
+		if a.key == "" { // unfenced: no token, none required
+			return handler(srv, ss)
+		}
+		fs := &fencedStream{ServerStream: ss, ctx: a.ctx}
+		if i.o.CheckEachMessage {
+			fs.i, fs.method, fs.key, fs.tok = i, info.FullMethod, a.key, a.tok
+		}
+		return handler(srv, fs)
+	}
+}
+
+// fencedStream hands the handler the context with key and token, and
+// claims again before each message when asked to.
+type fencedStream struct {
+	grpc.ServerStream
+	ctx    context.Context
+	i      *Interceptor // nil unless CheckEachMessage
+	method string
+	key    string
+	tok    token.Token
+}
+
+func (s *fencedStream) Context() context.Context { return s.ctx }
+
+func (s *fencedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil || s.i == nil {
+		return err
+	}
+	if err := s.i.o.Fence.Claim(s.ctx, s.key, s.tok); err != nil {
+		r := claimRefusal(s.tok, err)
+		s.i.observe(s.ctx, s.method, r.outcome(s.key, s.tok))
+		return r.status(s.key)
+	}
+	return nil
+}
+
+// admitted is a call the interceptor let through: ctx carries key and
+// token (unless key is "", an unfenced call), and done releases the
+// per-key mutex, if any.
+type admitted struct {
+	ctx  context.Context
+	key  string
+	tok  token.Token
+	lock *keyLock
+}
+
+func (a admitted) done() {
+	if a.lock != nil {
+		a.lock.unlock()
+	}
+}
+
+// admit decides a call to a fenced method.
+func (i *Interceptor) admit(ctx context.Context, method string, req any) (admitted, error) {
+	if vals := metadata.ValueFromIncomingContext(ctx, binaryKey); vals != nil {
+		return admitted{}, i.refuse(ctx, method, refusalInvalid(errBinary), "", 0)
+	}
+	vals := metadata.ValueFromIncomingContext(ctx, MetadataKey)
+	switch len(vals) {
+	case 0:
+		if i.o.Require(method) {
+			return admitted{}, i.refuse(ctx, method, refusalMissing(), "", 0)
+		}
+		i.observe(ctx, method, Outcome{Result: ResultUnfenced})
+		return admitted{ctx: ctx}, nil
+	case 1:
+	default:
+		return admitted{}, i.refuse(ctx, method, refusalInvalid(errDuplicate), "", 0)
+	}
+	t, err := token.Parse(vals[0])
+	if err != nil {
+		return admitted{}, i.refuse(ctx, method, refusalInvalid(err), "", 0)
+	}
+	key, err := i.o.Resource(ctx, method, req)
+	if err == nil {
+		err = checkKey(key)
+	}
+	if err != nil {
+		return admitted{}, i.refuse(ctx, method, refusalNoResource(err), "", t)
+	}
+	// Before the per-key wait: a forger must not even queue for the key.
+	if err := i.o.Check.Check(ctx, key, t); err != nil {
+		return admitted{}, i.refuse(ctx, method, checkRefusal(t, err), key, t)
+	}
+	var l *keyLock
+	if i.locks != nil {
+		if l, err = i.locks.lock(ctx, key); err != nil {
+			return admitted{}, i.refuse(ctx, method, refusalUnavailable("the call ended while waiting for the resource", err), key, t)
+		}
+	}
+	if err := i.o.Fence.Claim(ctx, key, t); err != nil {
+		if l != nil {
+			l.unlock()
+		}
+		return admitted{}, i.refuse(ctx, method, claimRefusal(t, err), key, t)
+	}
+	i.observe(ctx, method, Outcome{Result: ResultAccepted, Resource: key, Token: t})
+	return admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l}, nil
+}
+
+// refuse reports a refusal to Observe and returns its status error.
+func (i *Interceptor) refuse(ctx context.Context, method string, r *refusal, key string, t token.Token) error {
+	i.observe(ctx, method, r.outcome(key, t))
+	return r.status(key)
+}
+
+func (i *Interceptor) observe(ctx context.Context, method string, o Outcome) {
+	if i.o.Observe != nil {
+		i.o.Observe(ctx, method, o)
+	}
+}
+
+var (
+	errDuplicate = fmt.Errorf("%w: more than one %s value", token.ErrInvalid, MetadataKey)
+	errBinary    = fmt.Errorf("%w: the token sent as binary metadata (%s)", token.ErrInvalid, binaryKey)
+)
+
+// claimRefusal answers a refused claim. A stale token is a verdict; so is
+// a forged one (the Fence's own check), and a token the Fence's store
+// cannot hold (PostgreSQL's bigint stops at 2^63−1). Anything else means
+// the check was not made, and not knowing is refusing.
+func claimRefusal(t token.Token, err error) *refusal {
+	var se *token.StaleError
+	switch {
+	case errors.As(err, &se) && se != nil:
+		return refusalStale(se, err)
+	case errors.Is(err, token.ErrForged):
+		return refusalForged(t, err)
+	case errors.Is(err, token.ErrInvalid), errors.Is(err, token.ErrRange):
+		r := refusalInvalid(err)
+		r.msg = "the fencing token is outside the range this resource's store accepts"
+		return r
+	}
+	return refusalUnavailable("the fencing check could not be made", err)
+}
+
+// checkRefusal answers a refusal of [Options.Check]: forged, or not
+// decided — which refuses too (fail closed).
+func checkRefusal(t token.Token, err error) *refusal {
+	if errors.Is(err, token.ErrForged) {
+		return refusalForged(t, err)
+	}
+	return refusalUnavailable("the fencing token could not be checked", fmt.Errorf("grpcmw: check: %w", err))
+}

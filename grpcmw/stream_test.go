@@ -1,0 +1,93 @@
+package grpcmw_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fenceguard/fenceguard/grpcmw"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// feed opens the Feed stream on conn.
+func feed(t *testing.T, ctx context.Context, conn *grpc.ClientConn) grpc.ClientStream {
+	t.Helper()
+	st, err := conn.NewStream(ctx, &stockDesc.Streams[1], methodFeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// exchange sends one message on st and returns the answer.
+func exchange(st grpc.ClientStream) (string, error) {
+	if err := st.SendMsg(wrapperspb.String("x")); err != nil {
+		return "", err
+	}
+	out := new(wrapperspb.StringValue)
+	err := st.RecvMsg(out)
+	return out.GetValue(), err
+}
+
+// A stream claims its key once, at its start: refused there, the handler
+// never runs; accepted, its context carries key and token.
+func TestStreamClaimsAtStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fence := &token.MemoryFence{}
+	if err := fence.Claim(ctx, "feed", 10); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, testOptions(fence))
+
+	_, err := exchange(feed(t, ctx, s.conn))
+	wantRefusal(t, err, codes.FailedPrecondition, grpcmw.ReasonMissing)
+	_, err = exchange(feed(t, withToken(ctx, "9"), s.conn))
+	ei := wantRefusal(t, err, codes.Aborted, grpcmw.ReasonStale)
+	if ei.GetMetadata()["current"] != "10" || ei.GetMetadata()["resource"] != "feed" {
+		t.Errorf("stale metadata = %v", ei.GetMetadata())
+	}
+	if n := s.stock.calls.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times on refusals", n)
+	}
+	if got, err := exchange(feed(t, withToken(ctx, "10"), s.conn)); err != nil || got != "feed=10" {
+		t.Fatalf("Feed with 10 = %q, %v", got, err)
+	}
+}
+
+// By default, a newer holder's claim does not cut off a stream already
+// open: it goes on under the token it was opened with. With
+// CheckEachMessage, its next message is refused as stale.
+func TestLongLivedStream(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		fence := &token.MemoryFence{}
+		o := testOptions(fence)
+		o.CheckEachMessage = each
+		s := startServer(t, o)
+		client := clientConn(t, s, &grpcmw.Client{Key: clientKey})
+		st := feed(t, token.NewContext(ctx, "feed", 10), client)
+		if got, err := exchange(st); err != nil || got != "feed=10" {
+			t.Fatalf("first message = %q, %v", got, err)
+		}
+		if err := fence.Claim(ctx, "feed", 11); err != nil { // a newer holder
+			t.Fatal(err)
+		}
+		got, err := exchange(st)
+		if !each {
+			if err != nil || got != "feed=10" {
+				t.Errorf("without CheckEachMessage, after a newer claim: %q, %v; want the stream to go on", got, err)
+			}
+		} else {
+			var se *token.StaleError
+			if !errors.As(err, &se) || se.Current != 11 || se.Presented != 10 || se.Resource != "feed" {
+				t.Errorf("with CheckEachMessage, after a newer claim: %q, %v; want a StaleError at 11", got, err)
+			}
+		}
+		cancel()
+	}
+}
