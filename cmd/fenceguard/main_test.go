@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -135,7 +134,9 @@ func startFenceguard(t *testing.T, env []string, args ...string) *exec.Cmd {
 		select {
 		case <-r.done:
 		default:
-			_ = cmd.Process.Signal(syscall.SIGCONT)
+			if sigCont != nil {
+				_ = cmd.Process.Signal(sigCont)
+			}
 			_ = cmd.Process.Kill()
 			<-r.done
 		}
