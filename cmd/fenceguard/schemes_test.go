@@ -256,6 +256,10 @@ func TestRunExitsUnavailableWhenTheLockServiceIsUnreachable(t *testing.T) {
 		nodes        int
 		lock         func(*testing.T) lockSpec // a server of the kind, for the proxies' upstream
 	}{
+		{"redis", "", 1, redisLock},
+		{"redis+sentinel", "/mymaster", 3, redisLock},
+		{"redis+cluster", "", 3, redisLock},
+		{"redlock", "", 3, redisLock},
 		{"etcd", "", 1, etcdLock},
 		{"zk", "", 1, zkLock},
 	} {
