@@ -239,3 +239,6 @@ func truncate(s string) string {
 	}
 	return strings.ToValidUTF8(s, "?")
 }
+
+// codeOf is status.Code.
+func codeOf(err error) codes.Code { return status.Code(err) }
