@@ -108,7 +108,7 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
-		return fromStatus(invoker(ctx, method, req, reply, cc, opts...), sent, key)
+		return refused(ctx, invoker(ctx, method, req, reply, cc, opts...), sent, key)
 	}
 }
 
@@ -123,7 +123,7 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			return nil, fromStatus(err, sent, key)
+			return nil, refused(ctx, err, sent, key)
 		}
 		return &clientStream{ClientStream: cs, sent: sent, key: key}, nil
 	}
@@ -140,33 +140,28 @@ func (s *clientStream) RecvMsg(m any) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return err
 	}
-	return fromStatus(err, s.sent, s.key)
+	return refused(s.Context(), err, s.sent, s.key)
 }
 
 func (s *clientStream) Header() (metadata.MD, error) {
 	md, err := s.ClientStream.Header()
 	if err != nil {
-		err = fromStatus(err, s.sent, s.key)
+		err = refused(s.Context(), err, s.sent, s.key)
 	}
 	return md, err
 }
 
 // outgoing returns ctx with the token the call is to carry, the token and
-// the key it was sent for.
+// the key it was sent for. The caller's own metadata is read only when
+// the context carries a token: otherwise the call goes out as it is, and
+// what it carried is read if it is refused ([ownToken]).
 func (c *Client) outgoing(ctx context.Context, method string, req any) (context.Context, token.Token, string, error) {
-	if md, ok := metadata.FromOutgoingContext(ctx); ok {
-		if vals := md.Get(MetadataKey); len(vals) > 0 {
-			// The caller's own: sent as it is.
-			var t token.Token
-			if len(vals) == 1 {
-				t, _ = token.Parse(vals[0])
-			}
-			return ctx, t, "", nil
-		}
-	}
 	lockKey, tok, ok := token.FromContext(ctx)
 	if !ok || tok.IsZero() {
 		return ctx, 0, "", nil
+	}
+	if own, ok := ownToken(ctx); ok {
+		return ctx, own, "", nil // the caller's own: sent as it is
 	}
 	if c.Key == nil {
 		return ctx, 0, "", fmt.Errorf("%w (the context carries the token of %q)", ErrNoKey, lockKey)
@@ -180,6 +175,36 @@ func (c *Client) outgoing(ctx context.Context, method string, req any) (context.
 		return ctx, 0, "", nil
 	}
 	return metadata.AppendToOutgoingContext(ctx, MetadataKey, t.String()), t, key, nil
+}
+
+// ownToken returns the token the caller put in the outgoing metadata
+// itself (0 when it is not one valid value), and whether it put any.
+func ownToken(ctx context.Context) (token.Token, bool) {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		return 0, false
+	}
+	vals := md.Get(MetadataKey)
+	if len(vals) == 0 {
+		return 0, false
+	}
+	var t token.Token
+	if len(vals) == 1 {
+		t, _ = token.Parse(vals[0])
+	}
+	return t, true
+}
+
+// refused is fromStatus for a call's error, with the token the call
+// carried.
+func refused(ctx context.Context, err error, sent token.Token, key string) error {
+	if err == nil {
+		return nil
+	}
+	if sent == 0 {
+		sent, _ = ownToken(ctx)
+	}
+	return fromStatus(err, sent, key)
 }
 
 // Refusal is the error a [Client] returns for an answer of the fencing
