@@ -17,10 +17,15 @@ import (
 // after the first call, so every call takes the success path.
 const benchToken token.Token = 1717171717171717
 
-// A unary call over loopback TCP to the same service, bare and behind the
+type ctxFloorKey struct{}
+
+var ctxFloorValue = new(int)
+
+// A unary call over loopback TCP to the same method (Echo, whose handler
+// does the same work whatever its context carries), bare and behind the
 // interceptor with a MemoryFence; "fenced+client" also sends the token
 // through a Client from the call's context. The difference to bare is
-// the overhead.
+// the overhead; bare+interceptor is the floor under fenced.
 //
 //	go test -run '^$' -bench UnaryCall -benchmem -count 10 ./grpcmw/
 func BenchmarkUnaryCall(b *testing.B) {
@@ -35,6 +40,13 @@ func BenchmarkUnaryCall(b *testing.B) {
 		ctx  context.Context
 	}{
 		{"bare", func(b *testing.B) *grpc.ClientConn { return startGRPC(b).conn }, withMD},
+		// The floor of any interceptor that hands the handler a value in
+		// its context: grpc-go's interceptor path and one context node.
+		{"bare+interceptor", func(b *testing.B) *grpc.ClientConn {
+			return startGRPC(b, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				return h(context.WithValue(ctx, ctxFloorKey{}, ctxFloorValue), req)
+			})).conn
+		}, withMD},
 		{"fenced", func(b *testing.B) *grpc.ClientConn { return fenced(b).conn }, withMD},
 		{"fenced+client", func(b *testing.B) *grpc.ClientConn {
 			c := &grpcmw.Client{Key: clientKey}
@@ -46,7 +58,7 @@ func BenchmarkUnaryCall(b *testing.B) {
 			req, out := wrapperspb.String("42"), new(wrapperspb.StringValue)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := conn.Invoke(bc.ctx, methodTake, req, out); err != nil {
+				if err := conn.Invoke(bc.ctx, methodEcho, req, out); err != nil {
 					b.Fatal(err)
 				}
 			}

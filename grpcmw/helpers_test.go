@@ -29,6 +29,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //   - Take (unary, fenced, requires a token): the request names a SKU.
 //   - Read (unary, fenced, a token optional).
 //   - Ping (unary, not fenced).
+//   - Echo (unary, fenced): answers its request, whatever its context
+//     carries, so that its cost is the same fenced or not.
 //   - Watch (server stream): receives its request, then sends the
 //     context's key and token once.
 //   - Feed (bidi stream): answers each message received with the
@@ -37,6 +39,7 @@ const (
 	methodTake  = "/fenceguard.test.Stock/Take"
 	methodRead  = "/fenceguard.test.Stock/Read"
 	methodPing  = "/fenceguard.test.Stock/Ping"
+	methodEcho  = "/fenceguard.test.Stock/Echo"
 	methodWatch = "/fenceguard.test.Stock/Watch"
 	methodFeed  = "/fenceguard.test.Stock/Feed"
 )
@@ -88,6 +91,16 @@ var stockDesc = grpc.ServiceDesc{
 		{MethodName: "Take", Handler: unaryHandler(methodTake)},
 		{MethodName: "Read", Handler: unaryHandler(methodRead)},
 		{MethodName: "Ping", Handler: unaryHandler(methodPing)},
+		{MethodName: "Echo", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			if ic == nil {
+				return in, nil
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodEcho}, echo)
+		}},
 	},
 	Streams: []grpc.StreamDesc{
 		{StreamName: "Watch", ServerStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
@@ -115,6 +128,8 @@ var stockDesc = grpc.ServiceDesc{
 		}},
 	},
 }
+
+func echo(_ context.Context, req any) (any, error) { return req, nil }
 
 // skuKey is the test's Options.Resource: "sku:" and the request's value
 // for unary calls, "feed" for the streams (a stream's key comes from its
