@@ -41,6 +41,7 @@ pairs=(
   "redlock redsync github.com/redis/go-redis/v9"
   "prom prom-plain github.com/prometheus/"
   "otel otel-plain go.opentelemetry.io/otel go.opentelemetry.io/otel/"
+  "grpc grpc-plain google.golang.org/grpc"
 )
 if [ $# -gt 0 ]; then
   want=" $* "
