@@ -21,7 +21,7 @@ import (
 // hands the handler exactly the token sent, for the key of the request,
 // which is then the mark.
 //
-//	go test -run '^$' -fuzz FuzzUnaryInterceptor -fuzztime 60s ./grpcmw/
+//	go test -run '^$' -fuzz FuzzUnaryInterceptor -fuzztime 60s -fuzzminimizetime 2s ./grpcmw/
 func FuzzUnaryInterceptor(f *testing.F) {
 	for _, seed := range []struct {
 		first, second string
