@@ -87,7 +87,8 @@
 // plus FAILED_PRECONDITION [ReasonCondition], NOT_FOUND [ReasonNoResource]
 // (no such row) and INTERNAL [ReasonKeyMismatch]. Messages never echo the
 // metadata or the request. [Options.Observe] sees every decision as an
-// [Outcome]; the interceptor logs nothing by itself.
+// [Outcome] (count them there); [Options.Log] logs refusals through a
+// rate-limited [RefusalLog]. The interceptor logs nothing by itself.
 //
 // # Client
 //
@@ -105,7 +106,8 @@
 // # Errors and concurrency
 //
 // [New] fails with a descriptive error when Resource or Fence is missing.
-// An [Interceptor] and a [Client] are safe for concurrent use once built;
+// An [Interceptor], a [Client] and a [RefusalLog] are safe for concurrent
+// use once built;
 // nothing here starts a goroutine. The reasoning is in docs/design.md,
 // "gRPC interceptors".
 package grpcmw

@@ -162,6 +162,7 @@ func testOptions(fence token.Fence) grpcmw.Options {
 
 // server is a running test server on a loopback TCP port.
 type server struct {
+	ic    *grpcmw.Interceptor // nil for a bare server
 	stock *stock
 	addr  string
 	conn  *grpc.ClientConn // a plain client, no interceptor
@@ -175,7 +176,9 @@ func startServer(t testing.TB, o grpcmw.Options) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startGRPC(t, grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))
+	s := startGRPC(t, grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))
+	s.ic = ic
+	return s
 }
 
 // startGRPC serves the Stock service with the given server options.

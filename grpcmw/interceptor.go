@@ -29,8 +29,7 @@ type Options struct {
 	// It sees nothing else of the call — not the metadata, so a key the
 	// client names beside the request is never used. For a stream it is
 	// called once, at the stream's start, with a nil message: a stream's
-	// key comes from its method ([Options.Fenced] and the guarantees in
-	// the package doc).
+	// key comes from its method.
 	//
 	// It must map each resource to exactly one key, the key the store and
 	// the handler use for it: two spellings of one resource would have two
@@ -91,6 +90,11 @@ type Options struct {
 	// is returned or the handler runs. It runs on the call's goroutine and
 	// must be quick.
 	Observe func(ctx context.Context, method string, o Outcome)
+
+	// Log, if not nil, logs refusals, rate-limited per result so that a
+	// flood of bad calls cannot flood the log ([RefusalLog]). Nil logs
+	// nothing: refusals are expected traffic, counted through Observe.
+	Log *RefusalLog
 }
 
 // RequireAll requires a token on every fenced method. It is the default
@@ -196,9 +200,7 @@ func (s *fencedStream) RecvMsg(m any) error {
 		return err
 	}
 	if err := s.i.o.Fence.Claim(s.ctx, s.key, s.tok); err != nil {
-		r := claimRefusal(s.tok, err)
-		s.i.observe(s.ctx, s.method, r.outcome(s.key, s.tok))
-		return r.status(s.key)
+		return s.i.refuse(s.ctx, s.method, claimRefusal(s.tok, err), s.key, s.tok)
 	}
 	return nil
 }
@@ -267,9 +269,16 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any) (admitt
 	return admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l}, nil
 }
 
-// refuse reports a refusal to Observe and returns its status error.
+// refuse reports a refusal to Observe and Log and returns its status
+// error.
 func (i *Interceptor) refuse(ctx context.Context, method string, r *refusal, key string, t token.Token) error {
-	i.observe(ctx, method, r.outcome(key, t))
+	if i.o.Observe != nil || i.o.Log != nil {
+		o := r.outcome(key, t)
+		i.observe(ctx, method, o)
+		if i.o.Log != nil {
+			i.o.Log.Log(ctx, method, o)
+		}
+	}
 	return r.status(key)
 }
 

@@ -50,6 +50,9 @@ func TestSerializePerKey(t *testing.T) {
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d handlers of one key ran at once", m)
 	}
+	if n := grpcmw.KeysHeld(s.ic); n != 0 {
+		t.Errorf("%d keys still held after every call returned", n)
+	}
 }
 
 // A call that ends while it waits for its key is refused UNAVAILABLE, and
