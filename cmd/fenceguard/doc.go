@@ -96,8 +96,8 @@
 // cannot, --lock-delay D makes the lock service grant a lock whose lease
 // expired to nobody for D more (see docs/design.md, "Lock-delay"); --grace
 // must then be shorter than D, so that CMD is gone before the next holder
-// starts: when the lease's deadline plus the delay comes first, the KILL
-// comes then. The lock is released only once CMD is gone.
+// starts: when the lease's deadline plus nine tenths of the delay comes
+// first, the KILL comes then. The lock is released only once CMD is gone.
 //
 // # token
 //

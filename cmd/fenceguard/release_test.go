@@ -40,19 +40,19 @@ func TestRunKillsTheJobByTheEndOfTheLockDelay(t *testing.T) {
 	ls := redisURL(t)
 	dir := t.TempDir()
 	log := filepath.Join(dir, "log")
-	a := start(t, join(run(ls.args...), "--key", "delay-kill", "--ttl", "1s", "--lock-delay", "2s", "--grace", "1900ms", "--",
+	a := start(t, join(run(ls.args...), "--key", "delay-kill", "--ttl", "1s", "--lock-delay", "4s", "--grace", "3900ms", "--",
 		"env", "LOG="+log, "DIR="+dir, "sh", "-c",
 		`echo $$ > "$DIR/job.pid"; trap '' TERM; while :; do echo A >> "$LOG"; sleep 0.05; done`)...)
 	waitForFile(t, filepath.Join(dir, "job.pid"))
 	job := readPID(t, filepath.Join(dir, "job.pid"))
 	b := start(t, join(run(ls.args...), "--key", "delay-kill", "--ttl", "5s", "--wait", "50s", "--",
 		"env", "LOG="+log, "sh", "-c", `echo B >> "$LOG"`)...)
-	// Freeze run and its job together for 2.5 s: past the 1 s lease,
-	// within the lease plus the 2 s delay. Once thawed, run has about half
-	// a second before the next holder may start: less than --grace.
+	// Freeze run and its job together for 2 s: past the 1 s lease, within
+	// the lease plus the 4 s delay. Once thawed, run has 2.5 to 3 s before
+	// the next holder may start: less than --grace.
 	a.signal(syscall.SIGSTOP)
 	syscall.Kill(-job, syscall.SIGSTOP)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2 * time.Second)
 	syscall.Kill(-job, syscall.SIGCONT)
 	a.signal(syscall.SIGCONT)
 	if res := b.wait(); res.code != 0 {

@@ -199,8 +199,10 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 				// The next holder may start when the delay past the
 				// lease's deadline is over: CMD must be gone by then,
 				// whatever is left of its grace (none, after a long
-				// freeze).
-				killIn = min(killIn, time.Until(lease.Deadline().Add(o.lockDelay)))
+				// freeze). A tenth of the delay is kept in hand, for the
+				// lock service's expiry is counted from its own receipt of
+				// the last renewal, a little after the deadline's start.
+				killIn = min(killIn, time.Until(lease.Deadline().Add(o.lockDelay-o.lockDelay/10)))
 			}
 			t := time.NewTimer(max(killIn, 0))
 			defer t.Stop()
