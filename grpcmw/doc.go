@@ -32,7 +32,9 @@
 // ([Options.Require]); a call that carries one claims whatever the method.
 //
 // A stream claims once, at its start, with the key its method gives
-// (Resource sees a nil message). A newer holder's claim does not cut off a
+// (Resource sees a nil message) — or, for the methods
+// [Options.KeyFromFirstMessage] names, when its handler receives the first
+// message, with the key that message gives. A newer holder's claim does not cut off a
 // stream already open: it goes on under the token it was opened with,
 // unless [Options.CheckEachMessage] claims again before every message it
 // receives (its RecvMsg then returns the stale refusal), or the handler's

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -29,7 +32,8 @@ type Options struct {
 	// It sees nothing else of the call — not the metadata, so a key the
 	// client names beside the request is never used. For a stream it is
 	// called once, at the stream's start, with a nil message: a stream's
-	// key comes from its method.
+	// key comes from its method — or from its first message, with
+	// [Options.KeyFromFirstMessage].
 	//
 	// It must map each resource to exactly one key, the key the store and
 	// the handler use for it: two spellings of one resource would have two
@@ -76,6 +80,19 @@ type Options struct {
 	// refused UNAVAILABLE. Calls without a token are not serialized. A
 	// long-lived stream holds up its key for as long as it is open.
 	SerializePerKey bool
+
+	// KeyFromFirstMessage, if not nil, reports whether a stream of the
+	// full method takes its key from its first message rather than from
+	// its method alone: its metadata is checked at the start as for any
+	// call, but Resource is called with the first message the handler
+	// receives, and the claim is made then, before RecvMsg returns it.
+	// Until that claim succeeds the stream's Context carries no token
+	// (so a store enforcer refuses what the handler does with it) and
+	// SendMsg fails; a refusal is what the first RecvMsg returns. Read the
+	// stream's Context after the first RecvMsg: generated server-streaming
+	// handlers receive the request before calling the method, so there it
+	// holds of itself.
+	KeyFromFirstMessage func(method string) bool
 
 	// CheckEachMessage makes a stream claim its key again, with the same
 	// token, before each message it receives after the first claim: a
@@ -158,15 +175,30 @@ func (i *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // StreamServerInterceptor returns the interceptor for streams, for
 // [grpc.ChainStreamInterceptor] or [grpc.StreamInterceptor]. A stream
 // claims its key once, before the handler runs, with the key
-// [Options.Resource] derives from the method; the handler's stream
-// context carries key and token. With [Options.CheckEachMessage] it claims
-// again before every message received.
+// [Options.Resource] derives from the method — or, with
+// [Options.KeyFromFirstMessage], when the handler receives the first
+// message, from that message; the handler's stream context carries key
+// and token. With [Options.CheckEachMessage] it claims again before every
+// message received.
 func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if !i.o.Fenced(info.FullMethod) {
+		method := info.FullMethod
+		if !i.o.Fenced(method) {
 			return handler(srv, ss)
 		}
-		a, err := i.admit(ss.Context(), info.FullMethod, nil)
+		if i.o.KeyFromFirstMessage != nil && i.o.KeyFromFirstMessage(method) {
+			t, present, err := i.token(ss.Context(), method)
+			if err != nil {
+				return err
+			}
+			if !present {
+				return handler(srv, ss)
+			}
+			fs := &firstMessageStream{ServerStream: ss, i: i, method: method, tok: t}
+			defer fs.done()
+			return handler(srv, fs)
+		}
+		a, err := i.admit(ss.Context(), method, nil)
 		if err != nil {
 			return err
 		}
@@ -176,9 +208,66 @@ func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		fs := &fencedStream{ServerStream: ss, ctx: a.ctx}
 		if i.o.CheckEachMessage {
-			fs.i, fs.method, fs.key, fs.tok = i, info.FullMethod, a.key, a.tok
+			fs.i, fs.method, fs.key, fs.tok = i, method, a.key, a.tok
 		}
 		return handler(srv, fs)
+	}
+}
+
+// errNotClaimed is what SendMsg returns on a stream whose key comes from
+// its first message before that message was received and claimed.
+var errNotClaimed = status.Error(codes.FailedPrecondition, "grpcmw: the stream sent a message before it received the first one, which names its fenced resource")
+
+// firstMessageStream claims its key when the handler receives the first
+// message ([Options.KeyFromFirstMessage]). RecvMsg and SendMsg may run on
+// two goroutines, so the claim is published through an atomic pointer.
+type firstMessageStream struct {
+	grpc.ServerStream
+	i       *Interceptor
+	method  string
+	tok     token.Token
+	claimed atomic.Pointer[admitted] // nil until the first message is claimed
+}
+
+func (s *firstMessageStream) Context() context.Context {
+	if a := s.claimed.Load(); a != nil {
+		return a.ctx
+	}
+	return s.ServerStream.Context()
+}
+
+func (s *firstMessageStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if a := s.claimed.Load(); a != nil {
+		if !s.i.o.CheckEachMessage {
+			return nil
+		}
+		if err := s.i.o.Fence.Claim(a.ctx, a.key, a.tok); err != nil {
+			return s.i.refuse(a.ctx, s.method, claimRefusal(a.tok, err), a.key, a.tok)
+		}
+		return nil
+	}
+	a, err := s.i.claim(s.ServerStream.Context(), s.method, m, s.tok)
+	if err != nil {
+		return err
+	}
+	s.claimed.Store(&a)
+	return nil
+}
+
+func (s *firstMessageStream) SendMsg(m any) error {
+	if s.claimed.Load() == nil {
+		return errNotClaimed
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// done releases the per-key mutex, if the stream took it.
+func (s *firstMessageStream) done() {
+	if a := s.claimed.Load(); a != nil {
+		a.done()
 	}
 }
 
@@ -223,25 +312,40 @@ func (a admitted) done() {
 
 // admit decides a call to a fenced method.
 func (i *Interceptor) admit(ctx context.Context, method string, req any) (admitted, error) {
+	t, present, err := i.token(ctx, method)
+	if err != nil || !present {
+		return admitted{ctx: ctx}, err
+	}
+	return i.claim(ctx, method, req, t)
+}
+
+// token reads the call's token from its metadata: present false, with no
+// error, for a call without one that need not carry one.
+func (i *Interceptor) token(ctx context.Context, method string) (token.Token, bool, error) {
 	if vals := metadata.ValueFromIncomingContext(ctx, binaryKey); vals != nil {
-		return admitted{}, i.refuse(ctx, method, refusalInvalid(errBinary), "", 0)
+		return 0, false, i.refuse(ctx, method, refusalInvalid(errBinary), "", 0)
 	}
 	vals := metadata.ValueFromIncomingContext(ctx, MetadataKey)
 	switch len(vals) {
 	case 0:
 		if i.o.Require(method) {
-			return admitted{}, i.refuse(ctx, method, refusalMissing(), "", 0)
+			return 0, false, i.refuse(ctx, method, refusalMissing(), "", 0)
 		}
 		i.observe(ctx, method, Outcome{Result: ResultUnfenced})
-		return admitted{ctx: ctx}, nil
+		return 0, false, nil
 	case 1:
 	default:
-		return admitted{}, i.refuse(ctx, method, refusalInvalid(errDuplicate), "", 0)
+		return 0, false, i.refuse(ctx, method, refusalInvalid(errDuplicate), "", 0)
 	}
 	t, err := token.Parse(vals[0])
 	if err != nil {
-		return admitted{}, i.refuse(ctx, method, refusalInvalid(err), "", 0)
+		return 0, false, i.refuse(ctx, method, refusalInvalid(err), "", 0)
 	}
+	return t, true, nil
+}
+
+// claim derives the key of a call carrying t, checks t and claims the key.
+func (i *Interceptor) claim(ctx context.Context, method string, req any, t token.Token) (admitted, error) {
 	key, err := i.o.Resource(ctx, method, req)
 	if err == nil {
 		err = checkKey(key)

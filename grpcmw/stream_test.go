@@ -91,3 +91,66 @@ func TestLongLivedStream(t *testing.T) {
 		cancel()
 	}
 }
+
+// watch opens the Watch stream on conn, sends its request and returns
+// the one answer.
+func watch(t *testing.T, ctx context.Context, conn *grpc.ClientConn, sku string) (string, error) {
+	t.Helper()
+	st, err := conn.NewStream(ctx, &stockDesc.Streams[0], methodWatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(wrapperspb.String(sku)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	out := new(wrapperspb.StringValue)
+	err = st.RecvMsg(out)
+	return out.GetValue(), err
+}
+
+// With KeyFromFirstMessage, a stream's key comes from the message the
+// handler receives first, claimed before RecvMsg returns it: the handler
+// then finds key and token in the stream's context; a refusal is what
+// RecvMsg returns, nothing is sent, and no mark moves.
+func TestStreamKeyFromFirstMessage(t *testing.T) {
+	ctx := context.Background()
+	fence := &token.MemoryFence{}
+	if err := fence.Claim(ctx, "sku:1", 10); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(fence)
+	o.Resource = func(ctx context.Context, method string, req any) (string, error) {
+		if method == methodWatch && req == nil {
+			return "", errors.New("a Watch's key comes from its request")
+		}
+		return skuKey(ctx, methodTake, req)
+	}
+	o.KeyFromFirstMessage = func(m string) bool { return m == methodWatch }
+	s := startServer(t, o)
+
+	if got, err := watch(t, withToken(ctx, "10"), s.conn, "1"); err != nil || got != "sku:1=10" {
+		t.Fatalf("Watch(1) with 10 = %q, %v", got, err)
+	}
+	_, err := watch(t, withToken(ctx, "9"), s.conn, "1")
+	ei := wantRefusal(t, err, codes.Aborted, grpcmw.ReasonStale)
+	if ei.GetMetadata()["current"] != "10" || ei.GetMetadata()["resource"] != "sku:1" {
+		t.Errorf("stale metadata = %v", ei.GetMetadata())
+	}
+	_, err = watch(t, withToken(ctx, "9"), s.conn, "")
+	wantRefusal(t, err, codes.InvalidArgument, grpcmw.ReasonNoResource)
+	calls := s.stock.calls.Load()
+	_, err = watch(t, ctx, s.conn, "1")
+	wantRefusal(t, err, codes.FailedPrecondition, grpcmw.ReasonMissing)
+	if s.stock.calls.Load() != calls {
+		t.Error("a stream without a token reached its handler")
+	}
+	if hw := fence.HighWater("sku:1"); hw != 10 {
+		t.Errorf("mark = %d after refusals, want 10", hw)
+	}
+	if got, err := watch(t, withToken(ctx, "11"), s.conn, "2"); err != nil || got != "sku:2=11" {
+		t.Fatalf("Watch(2) with 11 = %q, %v", got, err)
+	}
+}
