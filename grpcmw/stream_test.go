@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fenceguard/fenceguard/grpcmw"
@@ -51,8 +52,15 @@ func TestStreamClaimsAtStart(t *testing.T) {
 	if ei.GetMetadata()["current"] != "10" || ei.GetMetadata()["resource"] != "feed" {
 		t.Errorf("stale metadata = %v", ei.GetMetadata())
 	}
+	_, err = exchange(feed(t, withToken(ctx, "10", "10"), s.conn))
+	wantRefusal(t, err, codes.InvalidArgument, grpcmw.ReasonInvalid)
+	_, err = exchange(feed(t, metadata.AppendToOutgoingContext(ctx, grpcmw.MetadataKey+"-bin", "10"), s.conn))
+	wantRefusal(t, err, codes.InvalidArgument, grpcmw.ReasonInvalid)
 	if n := s.stock.calls.Load(); n != 0 {
 		t.Fatalf("the handler ran %d times on refusals", n)
+	}
+	if hw := fence.HighWater("feed"); hw != 10 {
+		t.Fatalf("mark = %d after refusals, want 10", hw)
 	}
 	if got, err := exchange(feed(t, withToken(ctx, "10"), s.conn)); err != nil || got != "feed=10" {
 		t.Fatalf("Feed with 10 = %q, %v", got, err)
