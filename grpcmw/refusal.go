@@ -145,7 +145,7 @@ func refusalUnavailable(msg string, err error) *refusal {
 }
 
 // Error returns the status error a handler answers a store enforcer's
-// error with, so that the client's [ClientInterceptor] turns it back into
+// error with, so that a [Client] on the other side turns it back into
 // the same typed error: a holder the interceptor let through can still be
 // refused by the store (a newer holder claimed the row in between).
 //
