@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -158,5 +159,89 @@ func TestHostileMetadata(t *testing.T) {
 	}
 	if hw := fence.HighWater("sku:1"); hw != now+1 {
 		t.Fatalf("mark = %d after a valid call, want %d", hw, now+1)
+	}
+}
+
+// framedCall sends one unary call as HTTP/2 frames written by hand, with
+// path as the :path pseudo-header whatever it is (net/http's client
+// refuses a path without its leading '/'), and returns the grpc-status
+// the server answers, or -1 if it answered none.
+func framedCall(t *testing.T, addr, path, sku string) int {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", addr},
+		{"content-type", "application/grpc"}, {"te", "trailers"}, {grpcmw.MetadataKey, "7"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := proto.Marshal(wrapperspb.String(sku))
+	body := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
+	if err := fr.WriteData(1, true, append(body, msg...)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return -1 // the connection ended without a status
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			if v := f.PseudoValue("status"); v != "" && v != "200" {
+				return -1
+			}
+			for _, hf := range f.RegularFields() {
+				if hf.Name == "grpc-status" {
+					code, _ := strconv.Atoi(hf.Value)
+					return code
+				}
+			}
+		case *http2.RSTStreamFrame, *http2.GoAwayFrame:
+			return -1
+		}
+	}
+}
+
+// A method spelt without its leading '/' is refused by grpc-go (v1.79.3
+// and later) before any interceptor runs, so Options.Fenced and Resource,
+// which decide by the method's name, see every method in one spelling:
+// such a call is not served, fenced or unfenced.
+func TestMethodWithoutLeadingSlash(t *testing.T) {
+	fence := &token.MemoryFence{}
+	s := startServer(t, testOptions(fence))
+	if code := framedCall(t, s.addr, methodPing, "1"); code != int(codes.OK) {
+		t.Fatalf("Ping spelt right = status %d, want 0: the hand-written call does not work", code)
+	}
+	for _, m := range []string{methodPing, methodTake} {
+		if code := framedCall(t, s.addr, strings.TrimPrefix(m, "/"), "1"); code == int(codes.OK) {
+			t.Errorf("%s without its leading '/' was served", m)
+		}
+	}
+	if n := s.stock.calls.Load(); n != 1 {
+		t.Errorf("handler calls = %d, want 1 (Ping spelt right)", n)
+	}
+	if hw := fence.HighWater("sku:1"); hw != 0 {
+		t.Errorf("mark = %d", hw)
 	}
 }
