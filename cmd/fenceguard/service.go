@@ -52,6 +52,9 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		}
 	}()
 	redis.SetLogger(redisLogger{log})
+	// The Redis clients are built as the lockers' docs ask: calls bounded
+	// by their contexts (ContextTimeoutEnabled), and no retries of their
+	// own (MaxRetries -1): the guard retries, and keeps the cause.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	unreachable := func(err error) error {
@@ -69,7 +72,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
-		o := &redis.Options{Addr: e.hosts[0], Username: e.user, Password: e.password, DB: db, DialTimeout: timeout, ContextTimeoutEnabled: true}
+		o := &redis.Options{Addr: e.hosts[0], Username: e.user, Password: e.password, DB: db, DialTimeout: timeout, ContextTimeoutEnabled: true, MaxRetries: -1}
 		if e.scheme == schemeRediss {
 			o.TLSConfig = tlsFor(e.hosts[0])
 		}
@@ -88,7 +91,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		cli := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: master, SentinelAddrs: e.hosts,
 			Username: e.user, Password: e.password, DB: db, DialTimeout: timeout,
-			ContextTimeoutEnabled: true,
+			ContextTimeoutEnabled: true, MaxRetries: -1,
 		})
 		c.redis = cli
 		c.closers = append(c.closers, cli.Close)
@@ -96,7 +99,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		if err := e.noPath(); err != nil {
 			return nil, err
 		}
-		cli := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.hosts, Username: e.user, Password: e.password, DialTimeout: timeout, ContextTimeoutEnabled: true})
+		cli := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.hosts, Username: e.user, Password: e.password, DialTimeout: timeout, ContextTimeoutEnabled: true, MaxRetries: -1})
 		c.redis = cli
 		c.closers = append(c.closers, cli.Close)
 	case schemeRedlock:
@@ -108,7 +111,7 @@ func dial(ctx context.Context, e *endpoint, timeout time.Duration, log *slog.Log
 		}
 		for _, h := range e.hosts {
 			// One dial attempt: a dead node must not stall every call.
-			cli := redis.NewClient(&redis.Options{Addr: h, Username: e.user, Password: e.password, DialTimeout: timeout, DialerRetries: 1, ContextTimeoutEnabled: true})
+			cli := redis.NewClient(&redis.Options{Addr: h, Username: e.user, Password: e.password, DialTimeout: timeout, DialerRetries: 1, ContextTimeoutEnabled: true, MaxRetries: -1})
 			c.nodes = append(c.nodes, cli)
 			c.closers = append(c.closers, cli.Close)
 		}
