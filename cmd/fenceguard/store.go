@@ -214,6 +214,9 @@ func serviceError(what string, err error) error {
 	switch {
 	case errors.Is(err, token.ErrNoResource), errors.Is(err, token.ErrMissing), errors.Is(err, token.ErrRange):
 		return withCode(exitUsage, fmt.Errorf("%s: %w", what, err))
+	case errors.Is(err, postgres.ErrSchema):
+		// The library's fix names its Go functions; this is the shell's.
+		return withCode(exitSoftware, fmt.Errorf("%s: %w (fenceguard fence migrate sets the tables up; check --table, --key-column and --column)", what, err))
 	case errors.As(err, &pgErr):
 		return withCode(exitSoftware, fmt.Errorf("%s: %w", what, err))
 	case errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF),
