@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +15,6 @@ import (
 
 	"github.com/fenceguard/fenceguard/locks/redislock"
 )
-
-// safeBuffer is a bytes.Buffer that one goroutine writes while another
-// reads it.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // openPTY returns the two ends of a new pseudo-terminal.
 func openPTY(t *testing.T) (master, tty *os.File) {
@@ -69,7 +49,7 @@ func onTerminal(t *testing.T, typed string, args ...string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout bytes.Buffer
-	stderr := new(safeBuffer)
+	stderr := new(syncBuffer)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, &stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

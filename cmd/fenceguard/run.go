@@ -102,7 +102,7 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 		select {
 		case s := <-sigc:
 			interrupted <- s
-			stop(fmt.Errorf("interrupted by %v while taking the lock", s))
+			stop(interruptedError(s))
 		case <-waiting:
 		}
 	}()
@@ -134,7 +134,7 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 	select {
 	case s := <-interrupted: // arrived as the lock was granted
 		releaseNow(lease)
-		return withCode(128+signalNumber(s), fmt.Errorf("interrupted by %v while taking the lock", s))
+		return interruptedError(s)
 	default:
 	}
 	// The watcher above has returned: sigc is read below only.
@@ -288,7 +288,7 @@ func acquire(ctx context.Context, g *guard.Guard, c *conn, o runOptions) (*guard
 	case errors.Is(err, context.DeadlineExceeded) && !failedAttempt(err):
 		return nil, o.conflict(fmt.Errorf("lock %q still held by another holder after --wait %v", o.key, o.wait))
 	}
-	return nil, withCode(exitUnavailable, fmt.Errorf("lock service %s: %w", o.lockDisplay(), err))
+	return nil, withCode(exitUnavailable, fmt.Errorf("lock service %s: %w", c.ep, err))
 }
 
 // conflict is the outcome of a lock held by another: exit
@@ -300,13 +300,6 @@ func (o runOptions) conflict(err error) error {
 		return silentExit(0)
 	}
 	return withCode(o.conflictExit, err)
-}
-
-func (o runOptions) lockDisplay() string {
-	if ep, err := parseEndpoint(o.lock); err == nil {
-		return ep.String()
-	}
-	return "?"
 }
 
 // failedAttempt tells whether an acquire that ran out of time had attempts
@@ -353,11 +346,17 @@ func releaseNow(l *guard.Lease) error {
 	return l.Release(ctx)
 }
 
+// interruptedError is the outcome of signal s arriving while run takes the
+// lock: the code a shell gives a command s ended.
+func interruptedError(s os.Signal) error {
+	return withCode(128+signalNumber(s), fmt.Errorf("interrupted by %v while taking the lock", s))
+}
+
 // orSignal prefers the code of a signal that ended the wait over err.
 func orSignal(interrupted <-chan os.Signal, err error) error {
 	select {
 	case s := <-interrupted:
-		return withCode(128+signalNumber(s), fmt.Errorf("interrupted by %v while taking the lock", s))
+		return interruptedError(s)
 	default:
 		return err
 	}

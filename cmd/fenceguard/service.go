@@ -229,11 +229,7 @@ func (c *conn) locker(o lockOptions) (locks.Locker, func() error, error) {
 		}
 		return l, l.Close, nil
 	case c.nodes != nil:
-		nodes := make([]redlock.Client, len(c.nodes))
-		for i, n := range c.nodes {
-			nodes[i] = n
-		}
-		l, err := redlock.New(nodes, redlock.Options{Prefix: o.prefix, LockDelay: o.lockDelay})
+		l, err := redlock.New(c.redlockNodes(), redlock.Options{Prefix: o.prefix, LockDelay: o.lockDelay})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -260,17 +256,22 @@ func (c *conn) locker(o lockOptions) (locks.Locker, func() error, error) {
 	return nil, nil, usageErrorf("%s: not a lock service", c.ep)
 }
 
+// redlockNodes are the Redlock nodes as the locker and sequencer take them.
+func (c *conn) redlockNodes() []redlock.Client {
+	nodes := make([]redlock.Client, len(c.nodes))
+	for i, n := range c.nodes {
+		nodes[i] = n
+	}
+	return nodes
+}
+
 // sequencer returns the service's token.Sequencer over keys under prefix.
 func (c *conn) sequencer(prefix string) token.Sequencer {
 	switch {
 	case c.redis != nil:
 		return redislock.NewSequencer(c.redis, prefix)
 	case c.nodes != nil:
-		nodes := make([]redlock.Client, len(c.nodes))
-		for i, n := range c.nodes {
-			nodes[i] = n
-		}
-		return redlock.NewSequencer(nodes, prefix)
+		return redlock.NewSequencer(c.redlockNodes(), prefix)
 	case c.etcd != nil:
 		return etcdlock.NewSequencer(c.etcd, prefix)
 	case c.zk != nil:
