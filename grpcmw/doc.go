@@ -34,11 +34,14 @@
 // A stream claims once, at its start, with the key its method gives
 // (Resource sees a nil message) — or, for the methods
 // [Options.KeyFromFirstMessage] names, when its handler receives the first
-// message, with the key that message gives. A newer holder's claim does not cut off a
-// stream already open: it goes on under the token it was opened with,
-// unless [Options.CheckEachMessage] claims again before every message it
-// receives (its RecvMsg then returns the stale refusal), or the handler's
-// store checks the token on every access.
+// message, with the key that message gives; until then its context
+// carries no token and SendMsg fails with FAILED_PRECONDITION, sending
+// nothing, so such a handler receives before it sends. A newer holder's
+// claim does not cut off a stream already open: it goes on under the
+// token it was opened with, unless [Options.CheckEachMessage] claims
+// again before every message it receives (its RecvMsg then returns the
+// stale refusal), or the handler's store checks the token on every
+// access.
 //
 // # Guarantees
 //

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //     context's key and token once.
 //   - Feed (bidi stream): answers each message received with the
 //     context's key and token.
+//   - Greet (bidi stream): sends a greeting with the context's key and
+//     token before it receives anything, keeps SendMsg's error, then
+//     answers each message received as Feed does.
 const (
 	methodTake  = "/fenceguard.test.Stock/Take"
 	methodRead  = "/fenceguard.test.Stock/Read"
@@ -42,6 +45,7 @@ const (
 	methodEcho  = "/fenceguard.test.Stock/Echo"
 	methodWatch = "/fenceguard.test.Stock/Watch"
 	methodFeed  = "/fenceguard.test.Stock/Feed"
+	methodGreet = "/fenceguard.test.Stock/Greet"
 )
 
 // stock is the service's implementation: it counts the calls that reach
@@ -50,6 +54,8 @@ type stock struct {
 	calls atomic.Int64
 	// hook, if set, runs inside every unary handler.
 	hook func(ctx context.Context) error
+	// greeted receives the error of each Greet's greeting.
+	greeted chan error
 }
 
 // seen renders what a handler's context carries: "key=token", or "-".
@@ -113,20 +119,36 @@ var stockDesc = grpc.ServiceDesc{
 		}},
 		{StreamName: "Feed", ServerStreams: true, ClientStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
 			srv.(*stock).calls.Add(1)
-			for {
-				in := new(wrapperspb.StringValue)
-				if err := ss.RecvMsg(in); err != nil {
-					if errors.Is(err, io.EOF) {
-						return nil
-					}
-					return err
-				}
-				if err := ss.SendMsg(seen(ss.Context())); err != nil {
-					return err
-				}
+			return answer(ss)
+		}},
+		{StreamName: "Greet", ServerStreams: true, ClientStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
+			s := srv.(*stock)
+			s.calls.Add(1)
+			err := ss.SendMsg(wrapperspb.String("hello " + seen(ss.Context()).GetValue()))
+			select {
+			case s.greeted <- err:
+			default:
 			}
+			return answer(ss)
 		}},
 	},
+}
+
+// answer answers each message received on ss with its context's key and
+// token, until the client closes its side.
+func answer(ss grpc.ServerStream) error {
+	for {
+		in := new(wrapperspb.StringValue)
+		if err := ss.RecvMsg(in); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := ss.SendMsg(seen(ss.Context())); err != nil {
+			return err
+		}
+	}
 }
 
 func echo(_ context.Context, req any) (any, error) { return req, nil }
@@ -188,7 +210,7 @@ func startGRPC(t testing.TB, opts ...grpc.ServerOption) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{stock: &stock{}, addr: lis.Addr().String()}
+	s := &server{stock: &stock{greeted: make(chan error, 16)}, addr: lis.Addr().String()}
 	gs := grpc.NewServer(opts...)
 	gs.RegisterService(&stockDesc, s.stock)
 	done := make(chan struct{})

@@ -88,7 +88,11 @@ type Options struct {
 	// receives, and the claim is made then, before RecvMsg returns it.
 	// Until that claim succeeds the stream's Context carries no token
 	// (so a store enforcer refuses what the handler does with it) and
-	// SendMsg fails; a refusal is what the first RecvMsg returns. Read the
+	// SendMsg sends nothing and fails with FAILED_PRECONDITION (no
+	// ErrorInfo: the handler's mistake, not a verdict on the token): a
+	// message sent before the key is known would go out unfenced, so a
+	// handler that greets first must receive first. Headers (SendHeader)
+	// are not held back. A refusal is what the first RecvMsg returns. Read the
 	// stream's Context after the first RecvMsg: generated server-streaming
 	// handlers receive the request before calling the method, so there it
 	// holds of itself.

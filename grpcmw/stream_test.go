@@ -163,3 +163,95 @@ func TestStreamKeyFromFirstMessage(t *testing.T) {
 		t.Fatalf("Watch(2) with 11 = %q, %v", got, err)
 	}
 }
+
+// greet opens the Greet stream on conn, sends sku, closes its side and
+// returns every message the server sent and the stream's status.
+func greet(t *testing.T, ctx context.Context, conn *grpc.ClientConn, sku string) ([]string, error) {
+	t.Helper()
+	st, err := conn.NewStream(ctx, &stockDesc.Streams[2], methodGreet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(wrapperspb.String(sku)); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err) // io.EOF: the stream ended; RecvMsg has the status
+	}
+	_ = st.CloseSend()
+	var got []string
+	for {
+		out := new(wrapperspb.StringValue)
+		if err := st.RecvMsg(out); err != nil {
+			if errors.Is(err, io.EOF) {
+				return got, nil
+			}
+			return got, err
+		}
+		got = append(got, out.GetValue())
+	}
+}
+
+// With KeyFromFirstMessage, a handler that sends before it receives the
+// first message sends nothing: the stream's key, and so its claim, are not
+// known yet, and the message would go out unfenced. SendMsg fails with
+// FAILED_PRECONDITION (no ErrorInfo: it is the handler's mistake, not a
+// verdict on the token); once the first message is received and claimed,
+// the stream sends as usual. A refused first message leaves the greeting
+// refused too, and the client receives nothing but the refusal.
+func TestStreamSendBeforeFirstMessage(t *testing.T) {
+	ctx := context.Background()
+	fence := &token.MemoryFence{}
+	if err := fence.Claim(ctx, "sku:1", 5); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(fence)
+	o.Resource = func(ctx context.Context, method string, req any) (string, error) {
+		if req == nil {
+			return "", errors.New("a Greet's key comes from its first message")
+		}
+		return skuKey(ctx, methodTake, req)
+	}
+	o.KeyFromFirstMessage = func(m string) bool { return m == methodGreet }
+	s := startServer(t, o)
+	greeting := func() error {
+		t.Helper()
+		select {
+		case err := <-s.stock.greeted:
+			return err
+		default:
+			t.Fatal("the handler did not greet")
+			return nil
+		}
+	}
+
+	got, err := greet(t, withToken(ctx, "10"), s.conn, "1")
+	if err != nil || len(got) != 1 || got[0] != "sku:1=10" {
+		t.Fatalf("Greet(1) with 10 = %q, %v; want only the answer to its message, no greeting", got, err)
+	}
+	if err := greeting(); codeOf(err) != codes.FailedPrecondition || errorInfo(err) != nil {
+		t.Errorf("the greeting's SendMsg = %v; want FAILED_PRECONDITION without ErrorInfo", err)
+	}
+	if hw := fence.HighWater("sku:1"); hw != 10 {
+		t.Errorf("mark = %d, want 10", hw)
+	}
+
+	got, err = greet(t, withToken(ctx, "9"), s.conn, "1")
+	wantRefusal(t, err, codes.Aborted, grpcmw.ReasonStale)
+	if len(got) != 0 {
+		t.Errorf("a stale stream received %q", got)
+	}
+	if err := greeting(); codeOf(err) != codes.FailedPrecondition {
+		t.Errorf("the stale stream's greeting = %v; want FAILED_PRECONDITION", err)
+	}
+	if hw := fence.HighWater("sku:1"); hw != 10 {
+		t.Errorf("mark = %d after a stale stream, want 10", hw)
+	}
+
+	// The same handler on a stream keyed by its method greets: the
+	// refusal above is the defence, not the handler failing to send.
+	o.Resource = func(ctx context.Context, method string, req any) (string, error) { return "greet", nil }
+	o.KeyFromFirstMessage = nil
+	s = startServer(t, o)
+	got, err = greet(t, withToken(ctx, "10"), s.conn, "1")
+	if err != nil || len(got) != 2 || got[0] != "hello greet=10" || got[1] != "greet=10" {
+		t.Fatalf("Greet keyed by its method = %q, %v; want the greeting and the answer", got, err)
+	}
+}
