@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/fenceguard/fenceguard v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/grpcmw v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/harness/etcdserver v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
@@ -22,6 +23,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	google.golang.org/grpc v1.83.2
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -92,11 +94,11 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 replace (
 	github.com/fenceguard/fenceguard => ..
+	github.com/fenceguard/fenceguard/grpcmw => ../grpcmw
 	github.com/fenceguard/fenceguard/harness/etcdserver => ../harness/etcdserver
 	github.com/fenceguard/fenceguard/locks/etcdlock => ../locks/etcdlock
 	github.com/fenceguard/fenceguard/locks/redislock => ../locks/redislock

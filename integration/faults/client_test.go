@@ -24,6 +24,7 @@ type clientConfig struct {
 	TTL       time.Duration `json:"ttl"`
 	PG        string        `json:"pg"`   // the cell's database
 	HTTP      string        `json:"http"` // base URL of the cell's resource service
+	GRPC      string        `json:"grpc"` // address of its gRPC service
 	Enforcers []string      `json:"enforcers"`
 	// Broken names an enforcer whose fenced copy this client reads without
 	// a token (write-only fencing), to show the suite catches it.

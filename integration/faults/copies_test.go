@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/integration/internal/history"
@@ -32,10 +34,11 @@ const (
 	httpRedis = "http+redis" // the same with redislock.Fence
 	httpEtcd  = "http+etcd"  // the same with etcdlock.Fence
 	httpZK    = "http+zk"    // the same with zklock.Fence
+	grpcPG    = "grpc+pg"    // grpcmw (ClaimInStore) in front of a gRPC handler in column mode
 )
 
 // allEnforcers in the order of the summary's columns.
-var allEnforcers = []string{pgColumn, pgTx, httpPG, httpMem, httpRedis, httpEtcd, httpZK}
+var allEnforcers = []string{pgColumn, pgTx, httpPG, httpMem, httpRedis, httpEtcd, httpZK, grpcPG}
 
 // offSuffix names an enforcer's control copy.
 const offSuffix = "/off"
@@ -55,6 +58,8 @@ var pgTables = map[string]string{
 	pgTx + offSuffix:     "tx_off",
 	httpPG:               "http_on",
 	httpPG + offSuffix:   "http_off",
+	grpcPG:               "grpc_on",
+	grpcPG + offSuffix:   "grpc_off",
 }
 
 // txTokens is the high-water table of pg-tx, apart from the middleware's
@@ -87,6 +92,17 @@ func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close
 	if err != nil {
 		return nil, nil, err
 	}
+	closeAll := tr.CloseIdleConnections
+	var gc *grpc.ClientConn
+	if slices.Contains(cfg.Enforcers, grpcPG) {
+		if gc, err = dialGRPC(cfg.GRPC); err != nil {
+			return nil, nil, err
+		}
+		closeAll = func() {
+			tr.CloseIdleConnections()
+			gc.Close()
+		}
+	}
 	for _, e := range cfg.Enforcers {
 		for _, fenced := range []bool{true, false} {
 			broken := fenced && cfg.Broken == e
@@ -100,12 +116,14 @@ func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close
 				stores = append(stores, &pgColumnStore{copy: name, db: pool, table: tb, fenced: fenced, broken: broken})
 			case pgTx:
 				stores = append(stores, &pgTxStore{copy: name, db: pool, tokens: tokens, fenced: fenced, broken: broken})
+			case grpcPG:
+				stores = append(stores, &grpcStore{copy: name, conn: gc, broken: broken})
 			default:
 				stores = append(stores, &httpStore{copy: name, http: hc, base: cfg.HTTP + "/" + httpPath(name), broken: broken})
 			}
 		}
 	}
-	return stores, tr.CloseIdleConnections, nil
+	return stores, closeAll, nil
 }
 
 // httpPath is the service's route of a copy: "mem" for http+mem,

@@ -23,13 +23,20 @@
 //   - http+mem, http+redis, http+etcd, http+zk: httpmw with
 //     token.MemoryFence, redislock.Fence, etcdlock.Fence or zklock.Fence and
 //     SerializePerKey, in front of items in the service's memory (strong
-//     within the one service process).
+//     within the one service process);
+//   - grpc+pg: grpcmw's interceptors (grpcmw.Client on the clients, the
+//     server's Interceptor with grpcmw.ClaimInStore) in front of a gRPC
+//     service on a loopback port whose handler reads and writes in column
+//     mode with the token of its context, answering the store's refusals
+//     with grpcmw.Error (the setup the README shows; messages are
+//     structpb.Struct, the service described by hand).
 //
 // Each enforcer's copy has a twin with fencing off, the control: the same
 // path without the claim (plain SELECT and UPDATE, a transaction without
-// Tx, the handler without the middleware), reached by the same clients under
-// the same lock in the same critical sections. So every control sees exactly
-// the schedule and the fault its fenced copy sees.
+// Tx, the handler without the middleware or, for gRPC, a service the
+// interceptor does not fence), reached by the same clients under the same
+// lock in the same critical sections. So every control sees exactly the
+// schedule and the fault its fenced copy sees.
 //
 // An item has a stock (the inventory workload: a sale reads the stock and
 // writes it less one) and a value (the register workload: a critical section
@@ -130,6 +137,7 @@
 // request that passed the middleware may reach the row after a newer token
 // passed the middleware too; the column then orders them (an early run of
 // this suite flagged exactly that interleaving when the two were merged).
+// grpc+pg has one, the column: its interceptor claims nothing.
 // Besides: every fenced copy refused c1's stale
 // write as stale, and accepted c2's (a copy that refused everything would be
 // safe, and useless).

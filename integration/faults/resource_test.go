@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -94,13 +95,15 @@ var logSources = map[string][]logSource{
 // resourceService is the resource side of one cell, in the test process:
 // the PostgreSQL database, and an HTTP service with each HTTP enforcer's
 // routes — /<name>/{id}, fenced by its middleware, and /<name>-off/{id},
-// the same handler without it.
+// the same handler without it — and a gRPC service with grpc+pg's two
+// services, the fenced one and its control (grpc_test.go).
 type resourceService struct {
 	pool      *pgxpool.Pool
 	dsn       string
 	enforcers []string
 	maps      map[string]*mapStore // by copy name
 	base      string
+	grpc      string // address of the gRPC service, with grpc+pg
 }
 
 func newResourceService(t *testing.T, enforcers []string) *resourceService {
@@ -197,6 +200,9 @@ func newResourceService(t *testing.T, enforcers []string) *resourceService {
 		<-served
 	})
 	s.base = "http://" + ln.Addr().String()
+	if slices.Contains(enforcers, grpcPG) {
+		s.grpc = newGRPCService(t, pool)
+	}
 	return s
 }
 
