@@ -92,7 +92,9 @@
 // plus FAILED_PRECONDITION [ReasonCondition], NOT_FOUND [ReasonNoResource]
 // (no such row) and INTERNAL [ReasonKeyMismatch]. Messages never echo the
 // metadata or the request. [Options.Observe] sees every decision as an
-// [Outcome] (count them there); [Options.Log] logs refusals through a
+// [Outcome] (count them there: metrics/prom's Metrics.GRPC takes its
+// Resource and Result as plain strings, with bounded labels, and neither
+// module imports the other); [Options.Log] logs refusals through a
 // rate-limited [RefusalLog]. The interceptor logs nothing by itself.
 //
 // # Client

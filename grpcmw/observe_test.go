@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/fenceguard/fenceguard/grpcmw"
+	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/token"
 )
 
@@ -70,6 +71,29 @@ func TestObserveSeesEveryDecision(t *testing.T) {
 		}
 		if (w.code == codes.OK) != (got[i].Err == nil) {
 			t.Errorf("outcome %d: Err = %v", i, got[i].Err)
+		}
+	}
+}
+
+// Each Result is spelt as httpmw's, so that a metric of both middlewares
+// (metrics/prom's GRPC and HTTP, which count any other string as
+// "other") has one set of result labels.
+func TestResultsAreHTTPMiddlewares(t *testing.T) {
+	for _, r := range []struct {
+		grpc grpcmw.Result
+		http httpmw.Result
+	}{
+		{grpcmw.ResultAccepted, httpmw.ResultAccepted},
+		{grpcmw.ResultUnfenced, httpmw.ResultUnfenced},
+		{grpcmw.ResultMissing, httpmw.ResultMissing},
+		{grpcmw.ResultInvalid, httpmw.ResultInvalid},
+		{grpcmw.ResultNoResource, httpmw.ResultNoResource},
+		{grpcmw.ResultForged, httpmw.ResultForged},
+		{grpcmw.ResultStale, httpmw.ResultStale},
+		{grpcmw.ResultUnavailable, httpmw.ResultUnavailable},
+	} {
+		if string(r.grpc) != string(r.http) {
+			t.Errorf("grpcmw's %q is httpmw's %q", r.grpc, r.http)
 		}
 	}
 }

@@ -5,7 +5,9 @@
 // httpmw's; [Metrics.Claim] records an enforcer's own checks), and the
 // HTTP middleware's every decision ([Metrics.HTTP] as
 // httpmw.Options.Observe), the refusals no Fence or Check sees included:
-// a missing, malformed or too long header.
+// a missing, malformed or too long header — and the gRPC interceptors'
+// ([Metrics.GRPC], called from grpcmw.Options.Observe with plain strings,
+// so that grpc stays out of this module).
 //
 // # Label cardinality
 //
@@ -32,6 +34,7 @@
 //	fenceguard_leases_held{class}                 gauge
 //	fenceguard_claims_total{class,result}         counter: result accepted|stale|forged|invalid|error
 //	fenceguard_http_requests_total{class,result}  counter: result accepted|unfenced|missing|invalid|no_resource|forged|stale|unavailable; class "none" before the key is known
+//	fenceguard_grpc_calls_total{class,result}     counter: the same results and classes, for grpcmw
 //	fenceguard_high_water{resource}               gauge: only for tracked resources
 //
 // A Metrics is safe for concurrent use.

@@ -55,6 +55,7 @@ type Metrics struct {
 	held         *prometheus.GaugeVec
 	claims       *prometheus.CounterVec
 	httpReqs     *prometheus.CounterVec
+	grpcCalls    *prometheus.CounterVec
 	highWater    *prometheus.GaugeVec
 }
 
@@ -105,11 +106,14 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		httpReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "http_requests_total",
 			Help: "Decisions of the HTTP middleware (Metrics.HTTP as httpmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (428), invalid (400: malformed, too long, two headers, out of range), no_resource (404), forged (403), stale (409), unavailable (503)."},
 			[]string{"class", "result"}),
+		grpcCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "grpc_calls_total",
+			Help: "Decisions of grpcmw's server interceptors (Metrics.GRPC from grpcmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (FAILED_PRECONDITION), invalid (INVALID_ARGUMENT: malformed, two values, binary, out of range), no_resource (INVALID_ARGUMENT), forged (PERMISSION_DENIED), stale (ABORTED), unavailable (UNAVAILABLE)."},
+			[]string{"class", "result"}),
 		highWater: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "high_water",
 			Help: "Highest token accepted, for tracked resources only."}, []string{"resource"}),
 	}
 	for _, c := range []prometheus.Collector{m.acquireWait, m.acquisitions, m.acquireFails, m.renewals, m.renewSeconds,
-		m.renewFails, m.lost, m.releases, m.releaseFails, m.holdSeconds, m.held, m.claims, m.httpReqs, m.highWater} {
+		m.renewFails, m.lost, m.releases, m.releaseFails, m.holdSeconds, m.held, m.claims, m.httpReqs, m.grpcCalls, m.highWater} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prom: register: %w", err)
 		}
@@ -258,9 +262,42 @@ func (c *check) Check(ctx context.Context, resource string, t token.Token) error
 // "none". It does not touch claims_total: with a wrapped Fence as well,
 // each claim is counted once there and each request once here.
 func (m *Metrics) HTTP(_ *http.Request, o httpmw.Outcome) {
-	c := "none"
-	if o.Resource != "" {
-		c = m.class(o.Resource)
+	m.decision(m.httpReqs, o.Resource, string(o.Result))
+}
+
+// GRPC records one decision of grpcmw's server interceptors in
+// grpc_calls_total{class,result}, from the resource key and the result of
+// a grpcmw.Outcome. Call it from grpcmw.Options.Observe:
+//
+//	Observe: func(_ context.Context, _ string, o grpcmw.Outcome) {
+//		m.GRPC(o.Resource, string(o.Result))
+//	},
+//
+// It takes plain strings so that neither module imports the other: grpc
+// stays out of this module's graph, Prometheus out of grpcmw's. It counts
+// what [Metrics.HTTP] counts over HTTP, with the same labels: every call
+// to a fenced method, each stream's claim and each refusal of a stream's
+// later messages (grpcmw's Options.CheckEachMessage) included; the class
+// of the key, "none" when it is "" (a refusal made before the key is
+// derived, an unfenced call); and the result, one of grpcmw's (which are
+// httpmw's), any other string counting as "other".
+func (m *Metrics) GRPC(resource, result string) {
+	m.decision(m.grpcCalls, resource, result)
+}
+
+// decision counts one decision of a fencing middleware, whatever its
+// transport, in c: the key by its bounded class ("none" before it is
+// known), the result as itself when it is one of the middlewares'
+// results, as "other" otherwise, so that no caller can grow the label.
+func (m *Metrics) decision(c *prometheus.CounterVec, resource, result string) {
+	class := "none"
+	if resource != "" {
+		class = m.class(resource)
 	}
-	m.httpReqs.WithLabelValues(c, string(o.Result)).Inc()
+	switch result {
+	case "accepted", "unfenced", "missing", "invalid", "no_resource", "forged", "stale", "unavailable":
+	default:
+		result = "other"
+	}
+	c.WithLabelValues(class, result).Inc()
 }

@@ -341,3 +341,69 @@ type fenceFunc func(ctx context.Context, resource string, t token.Token) error
 func (f fenceFunc) Claim(ctx context.Context, resource string, t token.Token) error {
 	return f(ctx, resource, t)
 }
+
+// GRPC counts each decision under the class of its key ("none" without
+// one) and its result — grpcmw's results, which are httpmw's — and keeps
+// both labels bounded whatever strings it is handed: classes past
+// MaxClasses count as "other", and so do results no middleware gives.
+// HTTP goes through the same bounds.
+func TestGRPCCountsEveryDecision(t *testing.T) {
+	m, reg := newMetrics(t, prom.Options{Class: byPrefix})
+	results := []httpmw.Result{httpmw.ResultAccepted, httpmw.ResultUnfenced, httpmw.ResultMissing, httpmw.ResultInvalid,
+		httpmw.ResultNoResource, httpmw.ResultForged, httpmw.ResultStale, httpmw.ResultUnavailable}
+	for _, r := range results {
+		m.GRPC("sku:1", string(r))
+	}
+	m.GRPC("", string(httpmw.ResultMissing))
+	m.GRPC("", string(httpmw.ResultUnfenced))
+	m.GRPC("sku:2", "ACCEPTED")
+	m.GRPC("sku:2", "")
+	m.GRPC("sku:2", strings.Repeat("x", 1<<10))
+	m.HTTP(httptest.NewRequest(http.MethodGet, "/", nil), httpmw.Outcome{Resource: "sku:3", Result: "bogus"})
+	want := `
+# HELP fenceguard_grpc_calls_total Decisions of grpcmw's server interceptors (Metrics.GRPC from grpcmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (FAILED_PRECONDITION), invalid (INVALID_ARGUMENT: malformed, two values, binary, out of range), no_resource (INVALID_ARGUMENT), forged (PERMISSION_DENIED), stale (ABORTED), unavailable (UNAVAILABLE).
+# TYPE fenceguard_grpc_calls_total counter
+fenceguard_grpc_calls_total{class="none",result="missing"} 1
+fenceguard_grpc_calls_total{class="none",result="unfenced"} 1
+fenceguard_grpc_calls_total{class="sku",result="accepted"} 1
+fenceguard_grpc_calls_total{class="sku",result="forged"} 1
+fenceguard_grpc_calls_total{class="sku",result="invalid"} 1
+fenceguard_grpc_calls_total{class="sku",result="missing"} 1
+fenceguard_grpc_calls_total{class="sku",result="no_resource"} 1
+fenceguard_grpc_calls_total{class="sku",result="other"} 3
+fenceguard_grpc_calls_total{class="sku",result="stale"} 1
+fenceguard_grpc_calls_total{class="sku",result="unavailable"} 1
+fenceguard_grpc_calls_total{class="sku",result="unfenced"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fenceguard_grpc_calls_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "fenceguard_http_requests_total"); err != nil || n != 1 {
+		t.Fatalf("http_requests_total: %d series, %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fenceguard_http_requests_total Decisions of the HTTP middleware (Metrics.HTTP as httpmw.Options.Observe): accepted, unfenced (no token, none required), and every refusal — missing (428), invalid (400: malformed, too long, two headers, out of range), no_resource (404), forged (403), stale (409), unavailable (503).
+# TYPE fenceguard_http_requests_total counter
+fenceguard_http_requests_total{class="sku",result="other"} 1
+`), "fenceguard_http_requests_total"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ten thousand distinct keys and result strings, with a Class that
+	// returns the key itself: at most MaxClasses classes, "other" and
+	// "none", times the eight results and "other".
+	m, reg = newMetrics(t, prom.Options{Class: func(k string) string { return k }, MaxClasses: 5})
+	for i := range 10_000 {
+		m.GRPC(fmt.Sprintf("sku:%d", i), fmt.Sprintf("r%d", i))
+		m.GRPC(fmt.Sprintf("sku:%d", i), string(results[i%len(results)]))
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if n := len(mf.GetMetric()); n > (5+2)*(len(results)+1) {
+			t.Errorf("%s has %d series", mf.GetName(), n)
+		}
+	}
+}
