@@ -108,8 +108,10 @@ type Options struct {
 	// Observe, if not nil, is called once for every call to a fenced
 	// method, with its [Outcome] — every refusal, those made before the
 	// Check and the Fence ever see the call included — before the refusal
-	// is returned or the handler runs. It runs on the call's goroutine and
-	// must be quick.
+	// is returned or the handler runs — a stream keyed by its first
+	// message ([Options.KeyFromFirstMessage]) when that message arrives,
+	// so one that ends before its client sends any is not observed. It
+	// runs on the call's goroutine and must be quick.
 	Observe func(ctx context.Context, method string, o Outcome)
 
 	// Log, if not nil, logs refusals, rate-limited per result so that a
