@@ -75,10 +75,14 @@ type Locker struct {
 }
 
 type idleLease struct {
-	id       clientv3.LeaseID
-	deadline time.Time   // conservative local expiry
-	since    time.Time   // idle since: its last grant's release
-	timer    *time.Timer // nil, or refreshes it while idle (keepIdle)
+	id clientv3.LeaseID
+	// renewed is when the request that last granted or renewed it was
+	// sent: a grant for any TTL of its pool (secs) may count its deadline
+	// from there, the etcd lease being at least that TTL plus the
+	// lock-delay.
+	renewed time.Time
+	since   time.Time   // idle since: its last grant's release
+	timer   *time.Timer // nil, or refreshes it while idle (keepIdle)
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -186,7 +190,8 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 		il := ls[len(ls)-1]
 		l.idle[secs] = ls[:len(ls)-1]
 		il.stop()
-		left := time.Until(il.deadline)
+		deadline := il.renewed.Add(ttl) // this grant's TTL, not the last one's
+		left := time.Until(deadline)
 		if left < ttl/4 {
 			continue // too close to expiry to trust; let it lapse
 		}
@@ -194,7 +199,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 		if left >= 2*ttl/3 {
 			// Fresh enough: the holder's first renewal, a third of a TTL
 			// from now, comes well before it runs out.
-			return il.id, func() (time.Time, bool, error) { return il.deadline, false, nil }, nil
+			return il.id, func() (time.Time, bool, error) { return deadline, false, nil }, nil
 		}
 		sent := time.Now()
 		done := make(chan error, 1)
@@ -207,7 +212,7 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 					return time.Time{}, false, err
 				}
-				return il.deadline, true, nil // keep-alive failed: keep the old estimate
+				return deadline, true, nil // keep-alive failed: keep the old estimate
 			}
 			return sent.Add(ttl), false, nil
 		}, nil
@@ -237,7 +242,7 @@ func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.T
 	}
 	switch left := time.Until(deadline); {
 	case left >= 2*ttl/3:
-		l.keepIdle(secs, ttl, idleLease{id: id, deadline: deadline, since: time.Now()})
+		l.keepIdle(secs, ttl, idleLease{id: id, renewed: deadline.Add(-ttl), since: time.Now()})
 	case left >= ttl/4:
 		l.refreshing[secs]++
 		since := time.Now()
@@ -265,7 +270,7 @@ func (l *Locker) scheduleRefresh(secs int64, ttl time.Duration, il idleLease) id
 	il.timer = nil
 	if time.Since(il.since) < ttl {
 		id := il.id
-		il.timer = time.AfterFunc(time.Until(il.deadline)-3*ttl/4, func() { l.refreshIfIdle(secs, ttl, id) })
+		il.timer = time.AfterFunc(time.Until(il.renewed.Add(ttl/4)), func() { l.refreshIfIdle(secs, ttl, id) })
 	}
 	return il
 }
@@ -305,7 +310,7 @@ func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseI
 			// It may have been taken and put back meanwhile, with a timer
 			// and a deadline of its own.
 			ls[i].stop()
-			ls[i].deadline = later(ls[i].deadline, sent.Add(ttl))
+			ls[i].renewed = later(ls[i].renewed, sent)
 			ls[i] = l.scheduleRefresh(secs, ttl, ls[i])
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			l.idle[secs] = slices.Delete(ls, i, i+1)
@@ -328,7 +333,7 @@ func (l *Locker) refreshIdle(id clientv3.LeaseID, ttl time.Duration, since time.
 	l.refreshing[secs]--
 	closed := l.closed
 	if err == nil && !closed {
-		l.keepIdle(secs, ttl, idleLease{id: id, deadline: sent.Add(ttl), since: since})
+		l.keepIdle(secs, ttl, idleLease{id: id, renewed: sent, since: since})
 	}
 	l.mu.Unlock()
 	if err == nil && closed {
