@@ -80,9 +80,10 @@ type idleLease struct {
 	// sent: a grant for any TTL of its pool (secs) may count its deadline
 	// from there, the etcd lease being at least that TTL plus the
 	// lock-delay.
-	renewed time.Time
-	since   time.Time   // idle since: its last grant's release
-	timer   *time.Timer // nil, or refreshes it while idle (keepIdle)
+	renewed    time.Time
+	since      time.Time   // idle since: its last grant's release
+	timer      *time.Timer // nil, or refreshes it while idle (keepIdle)
+	refreshing bool        // its background keep-alive is on its way: not to be taken
 }
 
 var _ locks.Locker = (*Locker)(nil)
@@ -186,9 +187,17 @@ func (l *Locker) lease(ctx context.Context, ttl time.Duration) (id clientv3.Leas
 		l.mu.Unlock()
 		return 0, nil, errClosed
 	}
-	for ls := l.idle[secs]; len(ls) > 0; ls = l.idle[secs] {
-		il := ls[len(ls)-1]
-		l.idle[secs] = ls[:len(ls)-1]
+	for {
+		ls := l.idle[secs]
+		i := len(ls) - 1
+		for i >= 0 && ls[i].refreshing {
+			i--
+		}
+		if i < 0 {
+			break
+		}
+		il := ls[i]
+		l.idle[secs] = slices.Delete(ls, i, i+1)
 		il.stop()
 		deadline := il.renewed.Add(ttl) // this grant's TTL, not the last one's
 		left := time.Until(deadline)
@@ -255,11 +264,11 @@ func (l *Locker) putBack(id clientv3.LeaseID, ttl time.Duration, deadline time.T
 // keepIdle adds il to the idle leases (l.mu held, l not closed). While it
 // has been idle for less than a TTL, it is refreshed in the background
 // before it would need a keep-alive at its reuse — at three quarters of its
-// TTL left, staying in the pool meanwhile, still fresh enough to reuse
-// as it is — so that a burst of acquires after a pause shorter than a TTL
-// finds fresh leases, as a concurrency.Session's lease is kept alive while
-// no lock uses it; but only for a TTL: then it lapses, and an idle locker
-// costs etcd nothing.
+// TTL left, staying in the pool meanwhile, though no acquire takes it while
+// the keep-alive is on its way — so that a burst of acquires after a pause
+// shorter than a TTL finds fresh leases, as a concurrency.Session's lease
+// is kept alive while no lock uses it; but only for a TTL: then it lapses,
+// and an idle locker costs etcd nothing.
 func (l *Locker) keepIdle(secs int64, ttl time.Duration, il idleLease) {
 	l.idle[secs] = append(l.idle[secs], l.scheduleRefresh(secs, ttl, il))
 }
@@ -282,15 +291,20 @@ func (il idleLease) stop() {
 }
 
 // refreshIfIdle refreshes the idle lease id where it is, in the pool,
-// unless an acquire took it meanwhile or the locker closed. An acquire that
-// takes it while the keep-alive is on its way reuses it with its earlier
-// deadline, still at least two thirds of a TTL away.
+// unless an acquire took it meanwhile or the locker closed. No acquire
+// takes it while the keep-alive is on its way, and it leaves the pool if
+// the keep-alive fails without an answer: the keep-alive may still reach
+// the server, and would extend the lease of a grant that took it, keeping
+// the lock up to a TTL past that holder's last renewal, as a keep-alive of
+// an earlier grant would (see Lease.reusable).
 func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || !slices.ContainsFunc(l.idle[secs], func(il idleLease) bool { return il.id == id }) {
+	i := slices.IndexFunc(l.idle[secs], func(il idleLease) bool { return il.id == id })
+	if l.closed || i < 0 || l.idle[secs][i].refreshing {
 		return
 	}
+	l.idle[secs][i].refreshing = true
 	l.refreshes.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanup.Timeout)
 		defer cancel()
@@ -305,18 +319,15 @@ func (l *Locker) refreshIfIdle(secs int64, ttl time.Duration, id clientv3.LeaseI
 		i := slices.IndexFunc(ls, func(il idleLease) bool { return il.id == id })
 		switch {
 		case i < 0:
-			// taken meanwhile, with its earlier deadline
+			// cannot happen: no acquire takes it while refreshing
 		case err == nil:
-			// It may have been taken and put back meanwhile, with a timer
-			// and a deadline of its own.
 			ls[i].stop()
+			ls[i].refreshing = false
 			ls[i].renewed = later(ls[i].renewed, sent)
 			ls[i] = l.scheduleRefresh(secs, ttl, ls[i])
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			l.idle[secs] = slices.Delete(ls, i, i+1)
 		default:
-			// left as it is, to lapse: a later acquire refreshes it or
-			// drops it
+			// lapsed, or in doubt: left to lapse
+			l.idle[secs] = slices.Delete(ls, i, i+1)
 		}
 	})
 }
