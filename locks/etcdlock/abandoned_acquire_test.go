@@ -240,3 +240,58 @@ func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
 	}
 	keysGone(t, db.Prefix, func() []string { return keysUnder(t, ctx, cli, db.Prefix) })
 }
+
+// Waiters that give up while the lock is kept by the lock-delay of a
+// holder that stopped renewing — past its Deadline, before its key goes —
+// leave no key behind, and the next acquire is granted once the delay
+// ends, not a waiter's TTL later.
+func TestWaitersGivingUpInLockDelayLeaveNothing(t *testing.T) {
+	db := etcdserver.Shared(t)
+	cli := identityClient(t, db)
+	const ttl, delay = time.Second, time.Second
+	l, err := etcdlock.New(cli, etcdlock.Options{Prefix: db.Prefix, LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := l.Acquire(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := holder.Deadline().Add(delay)
+	time.Sleep(time.Until(holder.Deadline()))
+	gaveUp := 0
+	for time.Until(end) > 300*time.Millisecond {
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		g, err := l.Acquire(wctx, "k", 10*time.Second)
+		wcancel()
+		if err == nil {
+			_ = g.Release(ctx)
+			t.Fatalf("granted %v before the delay ended", time.Until(end))
+		}
+		gaveUp++
+		deadline := time.Now().Add(cleanup.Timeout)
+		for queueLen(ctx, t, cli, db.Prefix, "k") > 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("a waiter that gave up left its key")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if gaveUp == 0 {
+		t.Skip("too slow: the delay ended before a waiter could give up in it")
+	}
+	next, err := l.Acquire(ctx, "k", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if late := time.Since(end); late > 3*time.Second {
+		t.Fatalf("granted %v after the delay ended", late)
+	}
+	if next.Token() <= holder.Token() {
+		t.Fatalf("token %d after %d", next.Token(), holder.Token())
+	}
+}
