@@ -9,6 +9,7 @@
 //
 //	harness/redisserver   Redis, replicas, Sentinel, Cluster (go-redis)
 //	harness/pgserver      PostgreSQL, hot standbys (pgx)
+//	harness/mysqlserver   MariaDB (database/sql, go-sql-driver/mysql)
 //	harness/zkserver      ZooKeeper, standalone or ensemble (go-zookeeper)
 //	harness/etcdserver    etcd, single member or cluster (clientv3; a module of its own)
 //	harness/etcdembed     an etcd server inside the test process (a module of its own)
@@ -41,13 +42,14 @@
 // In this order:
 //
 //  1. An endpoint in the environment: FENCEGUARD_REDIS_ADDRS
-//     (comma-separated), FENCEGUARD_PG_DSN, FENCEGUARD_ETCD_ENDPOINTS,
-//     FENCEGUARD_ZK_ADDRS. Only the shared helpers use them.
+//     (comma-separated), FENCEGUARD_PG_DSN, FENCEGUARD_MYSQL_DSN (MySQL
+//     or MariaDB), FENCEGUARD_ETCD_ENDPOINTS, FENCEGUARD_ZK_ADDRS. Only
+//     the shared helpers use them.
 //  2. A local binary, on PATH or where Debian installs it (redis-server,
-//     /usr/lib/postgresql/*/bin, etcd, java with
-//     /usr/share/java/zookeeper.jar), started on a free loopback port in a
-//     directory under /tmp, as the postgres user for PostgreSQL when the
-//     tests run as root.
+//     /usr/lib/postgresql/*/bin, mariadbd and mariadb-install-db, etcd,
+//     java with /usr/share/java/zookeeper.jar), started on a free loopback
+//     port in a directory under /tmp, as the postgres user for PostgreSQL
+//     when the tests run as root.
 //
 // With neither, the test is skipped with a message that names the
 // environment variable and the Debian package to install. With
