@@ -110,8 +110,9 @@ type Options struct {
 	// Check and the Fence ever see the call included — before the refusal
 	// is returned or the handler runs — a stream keyed by its first
 	// message ([Options.KeyFromFirstMessage]) when that message arrives,
-	// so one that ends before its client sends any is not observed. It
-	// runs on the call's goroutine and must be quick.
+	// so one that ends before its client sends any is not observed — and
+	// again for each later message of a stream that [Options.CheckEachMessage]
+	// refuses. It runs on the call's goroutine and must be quick.
 	Observe func(ctx context.Context, method string, o Outcome)
 
 	// Log, if not nil, logs refusals, rate-limited per result so that a
