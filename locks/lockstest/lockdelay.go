@@ -17,8 +17,10 @@ const LockDelaySlack = 2 * time.Second
 
 // lockDelay checks [Config.LockDelay]: an expiry withholds the lock for the
 // delay from waiters already queued and from later acquirers alike, which
-// then wake without polling; a release grants it at once; a lease left to
-// run out is refused renewal only once the delay is over too.
+// then wake without polling; a waiter giving up within the delay frees
+// nothing; keys granted together in one call keep the delay each; a
+// release grants it at once; a lease left to run out is refused renewal
+// only once the delay is over too.
 func (s *suite) lockDelay(t *testing.T) {
 	if s.cfg.LockDelay == nil {
 		t.Skip("Config.LockDelay is nil")
@@ -28,6 +30,8 @@ func (s *suite) lockDelay(t *testing.T) {
 	t.Run("HandedOverGrantExpiry", s.delayHandedOver)
 	t.Run("UnclaimedExpiry", s.delayUnclaimed)
 	t.Run("LateReleaseWithinTheDelay", s.delayLateRelease)
+	t.Run("WaiterCancelledWithinTheDelay", s.delayWaiterCancelled)
+	t.Run("SetTakenInOneCallExpiry", s.delaySetExpiry)
 }
 
 func (s *suite) delayLocker(t *testing.T) (locks.Locker, time.Duration) {
@@ -259,5 +263,100 @@ func (s *suite) delayLateRelease(t *testing.T) {
 	}
 	if r.lease.Token() <= holder.Token() {
 		t.Errorf("waiter's token %d, holder's %d", r.lease.Token(), holder.Token())
+	}
+}
+
+// A waiter that gives up within the delay is not granted the lock, and
+// the waiter queued behind it stays held off until the delay ends: its
+// leaving frees nothing.
+func (s *suite) delayWaiterCancelled(t *testing.T) {
+	l, delay := s.delayLocker(t)
+	ctx, k, ttl := ctxFor(t, time.Minute), key(t, "k"), s.cfg.ShortTTL
+	sent := time.Now()
+	a := mustAcquire(t, ctx, l, k, ttl)
+	bound := sent.Add(ttl + delay)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := acquireAsync(wctx, l, k, s.cfg.LongTTL)
+	time.Sleep(100 * time.Millisecond) // let it queue first; nothing to observe
+	second := acquireAsync(ctx, l, k, s.cfg.LongTTL)
+	time.Sleep(time.Until(a.Deadline().Add(delay / 2)))
+	cancel()
+	if r := <-first; r.err == nil {
+		if r.at.Before(bound) {
+			t.Errorf("the cancelled waiter was granted %v after A's acquire, within the delay", r.at.Sub(sent))
+		}
+		mustRelease(t, ctx, r.lease)
+	}
+	sched := schedDelay(time.Until(bound))
+	r := <-second
+	if r.err != nil {
+		t.Fatalf("the waiter behind the cancelled one: %v", r.err)
+	}
+	defer mustRelease(t, ctx, r.lease)
+	if r.at.Before(bound) {
+		t.Errorf("the waiter behind the cancelled one was granted %v after A's acquire, before TTL %v + delay %v", r.at.Sub(sent), ttl, delay)
+	}
+	if late := r.at.Sub(bound); late > LockDelaySlack {
+		if allowed := LockDelaySlack + sched(); late > allowed {
+			t.Errorf("granted %v after the delay ended, want under %v", late, allowed)
+		}
+	}
+	if r.lease.Token() <= a.Token() {
+		t.Errorf("token %d after the expired %d", r.lease.Token(), a.Token())
+	}
+}
+
+// Keys granted together in one call ([locks.MultiTryAcquirer]) and left to
+// run out keep the delay each, as a single grant does: a waiter queued on
+// one and a try on the other are held off until the delay ends.
+func (s *suite) delaySetExpiry(t *testing.T) {
+	l, delay := s.delayLocker(t)
+	m, ok := l.(locks.MultiTryAcquirer)
+	if !ok {
+		t.Skip("the locker takes no set in one call")
+	}
+	ctx, ttl := ctxFor(t, time.Minute), s.cfg.ShortTTL
+	keys := []string{key(t, "a"), key(t, "b")}
+	sent := time.Now()
+	set, err := m.TryAcquireAll(ctx, keys, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquireAll: %v", err)
+	}
+	if len(set) != len(keys) {
+		t.Fatalf("TryAcquireAll granted %d leases for %d keys", len(set), len(keys))
+	}
+	for _, lease := range set {
+		if lease.TTL() != ttl {
+			t.Errorf("%q: TTL() = %v, want %v: the delay is not part of the lease", lease.Key(), lease.TTL(), ttl)
+		}
+	}
+	bound := sent.Add(ttl + delay)
+	queued := acquireAsync(ctx, l, keys[1], s.cfg.LongTTL)
+	time.Sleep(time.Until(sent.Add(ttl + delay/2)))
+	select {
+	case r := <-queued:
+		t.Fatalf("the waiter got %q %v after the set's acquire, within the delay: %v", keys[1], r.at.Sub(sent), r.err)
+	default:
+	}
+	if time.Now().Before(bound) {
+		assertHeld(t, ctx, l, keys[0])
+	}
+	sched := schedDelay(time.Until(bound))
+	r := <-queued
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer mustRelease(t, ctx, r.lease)
+	if r.at.Before(bound) {
+		t.Errorf("granted %v after the set's acquire, before TTL %v + delay %v", r.at.Sub(sent), ttl, delay)
+	}
+	if late := r.at.Sub(bound); late > LockDelaySlack {
+		if allowed := LockDelaySlack + sched(); late > allowed {
+			t.Errorf("granted %v after the delay ended, want under %v", late, allowed)
+		}
+	}
+	if r.lease.Token() <= set[1].Token() {
+		t.Errorf("token %d after the expired %d", r.lease.Token(), set[1].Token())
 	}
 }
