@@ -49,11 +49,12 @@
 // Deadline count the TTL alone, also on a lease reused from the idle
 // pool: a grant that expires unreleased keeps its key, and so the lock,
 // the delay past its Deadline, and waiters wake on the key's deletion as
-// without a delay. A Release deletes the key at once. The rounding
-// lengthens the delay: with TTL 2s and LockDelay 1.5s the lease is 4s, and
-// the lock stays taken up to 2s past the Deadline; choose TTL + LockDelay
-// in whole seconds to get the delay asked for. What the delay buys and
-// what it does not: package locks, "Lock-delay".
+// without a delay. A Release deletes the key, freeing the lock at once;
+// so does an operator deleting the key or revoking its etcd lease. The
+// rounding lengthens the delay: with TTL 2s and LockDelay 1.5s the lease
+// is 4s, and the lock stays taken up to 2s past the Deadline; choose
+// TTL + LockDelay in whole seconds to get the delay asked for. What the
+// delay buys and what it does not: package locks, "Lock-delay".
 //
 // # Several keys
 //
