@@ -54,7 +54,9 @@
 // and so the lock, until the delay past its Deadline, and each session
 // asks for a timeout of TTL + LockDelay, so that a holder that crashed or
 // froze keeps its znodes as long; the lease's TTL and Deadline count the
-// TTL alone. A Release deletes the znode at once. TTL + LockDelay must fit
+// TTL alone. A Release deletes the znode at once, and so does
+// [Locker.Close], which ends the sessions: close the Locker only once the
+// critical sections it holds locks for have ended. TTL + LockDelay must fit
 // the server's maximum session timeout, or the acquire fails with
 // [locks.ErrInvalidArgument]. The longer session timeout makes
 // go-zookeeper notice a dead connection later (two thirds of it); the
