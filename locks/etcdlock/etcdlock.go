@@ -47,7 +47,11 @@ type Options struct {
 	// IdleLeases is how many unused leases per TTL the locker keeps for
 	// reuse by later acquires, so that an acquire need not wait for a
 	// new lease (docs/design.md, "etcdlock"). Default 16; negative
-	// disables reuse.
+	// disables reuse. Every lease a key is granted under adds a name to
+	// the key's queue in etcd's index until a compaction, so a hot key
+	// costs the same after millions of grants only with reuse: keep at
+	// least 2, since a lease whose keep-alive is on its way cannot be
+	// taken, and with 1 a hot key takes a new lease about every TTL/3.
 	IdleLeases int
 
 	// LockDelay keeps the lock from everyone else for this long past the
