@@ -54,14 +54,49 @@ func end(span trace.Span, err error) {
 
 // Locker returns l with spans around its calls, from tp (nil: the global
 // provider). Its leases are wrapped too; [Lease.Unwrap] gives the
-// backend's own.
+// backend's own. What the backend offers beside the calls passes
+// through: a locker that takes several keys in one call
+// ([locks.MultiTryAcquirer]) still does, so package guard's AcquireAll
+// keeps its one round trip, and leases whose backend reports a loss
+// ([locks.LossNotifier]) still report it, so a guard cancels the
+// critical section at once.
 func Locker(l locks.Locker, tp trace.TracerProvider) locks.Locker {
-	return &locker{l: l, t: tracer(tp)}
+	w := &locker{l: l, t: tracer(tp)}
+	if m, ok := l.(locks.MultiTryAcquirer); ok {
+		return &multiLocker{locker: w, m: m}
+	}
+	return w
 }
 
 type locker struct {
 	l locks.Locker
 	t trace.Tracer
+}
+
+// multiLocker is the wrapper of a locker that takes several keys in one
+// call.
+type multiLocker struct {
+	*locker
+	m locks.MultiTryAcquirer
+}
+
+var _ locks.MultiTryAcquirer = (*multiLocker)(nil)
+
+// TryAcquireAll implements [locks.MultiTryAcquirer]: one span around the
+// backend's call, its leases wrapped.
+func (w *multiLocker) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration) ([]locks.Lease, error) {
+	ctx, span := w.t.Start(ctx, "fenceguard.try_acquire_all", trace.WithAttributes(
+		attribute.StringSlice("fenceguard.keys", keys), attribute.Int64("fenceguard.ttl_ms", ttl.Milliseconds())))
+	ls, err := w.m.TryAcquireAll(ctx, keys, ttl)
+	end(span, err)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]locks.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = &Lease{Lease: l, t: w.t}
+	}
+	return out, nil
 }
 
 // MinTTL implements [locks.MinTTLer]: the wrapped locker's minimum (0 when
@@ -106,6 +141,17 @@ type Lease struct {
 
 // Unwrap returns the backend's lease.
 func (l *Lease) Unwrap() locks.Lease { return l.Lease }
+
+var _ locks.LossNotifier = (*Lease)(nil)
+
+// Lost implements [locks.LossNotifier] with the backend lease's channel,
+// or nil, which is never ready, when the backend reports no losses.
+func (l *Lease) Lost() <-chan struct{} {
+	if n, ok := l.Lease.(locks.LossNotifier); ok {
+		return n.Lost()
+	}
+	return nil
+}
 
 // Renew implements [locks.Lease].
 func (l *Lease) Renew(ctx context.Context) error {
