@@ -1,0 +1,80 @@
+// Package mysql is the MySQL and MariaDB enforcer of fenceguard, on
+// database/sql with github.com/go-sql-driver/mysql: where stale lock
+// holders are stopped. A lock can be lost at any moment, so checking it
+// before writing proves nothing; the database refusing the write does.
+// Every access carries the holder's fencing token and claims the
+// resource: it advances the resource's mark, accepting a token equal to
+// the mark (one holder, many accesses) and refusing a lower one with a
+// [*token.StaleError].
+//
+// # Fence
+//
+// [Fence] is a [token.Fence] whose marks live in a high-water table,
+// fence_tokens, created by [Migrate]. Each claim is one statement, an
+// upsert guarded by the mark, so concurrent claims from any number of
+// processes see one order:
+//
+//	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/shop")
+//	err = mysql.Migrate(ctx, db) // at start-up; idempotent, serialized by GET_LOCK
+//	fence := mysql.NewFence(db)
+//	if err := fence.Claim(ctx, "sku:42", tok); errors.Is(err, token.ErrStale) {
+//		// the holder lost its lock: do not touch sku:42
+//	}
+//
+// A Fence on a *sql.Tx claims inside the caller's transaction: the claim
+// holds the mark's row lock until the transaction ends, so other fenced
+// work on the same resource waits for it, and a rollback undoes the
+// claim.
+//
+// # Tokens
+//
+// Tokens are the whole uint64 range: the mark is a BIGINT UNSIGNED, and
+// the token travels as an unsigned integer (go-sql-driver/mysql sends a
+// uint64 as one, prepared or interpolated). PostgreSQL's enforcer stops
+// at MaxInt64; this one does not. Resource keys are compared byte for
+// byte (VARBINARY) and hold up to [MaxResourceLen] bytes; a longer key is
+// refused with [ErrBadInput].
+//
+// # Servers and driver options
+//
+// The statements are written for MySQL 5.7 and later and MariaDB 10.3
+// and later, with InnoDB, under any isolation level; the tests run them
+// on MariaDB 10.11 under READ COMMITTED, REPEATABLE READ and
+// SERIALIZABLE, and on MySQL when FENCEGUARD_MYSQL_DSN names one. MySQL has no
+// RETURNING, and what an upsert reports as affected rows depends on the
+// client flag CLIENT_FOUND_ROWS (go-sql-driver's clientFoundRows): so a
+// claim learns the mark it found from LAST_INSERT_ID(expr), which the
+// server returns with the statement's result. No driver option is
+// needed or in the way: clientFoundRows, interpolateParams and parseTime
+// may be set either way. One consequence: a claim sets the session's
+// LAST_INSERT_ID() to the mark it found; on a *sql.Conn or *sql.Tx of
+// your own, read an AUTO_INCREMENT id before claiming, not after.
+//
+// Acceptance, an equal token included, is decided by the claim's write
+// under the row's exclusive lock on the server the DB is connected to,
+// never by a read: on a read-only replica every claim fails rather than
+// being accepted. Give the Fence the primary.
+//
+// # Errors
+//
+// Test errors with [errors.Is] and [errors.As]:
+//
+//   - [token.ErrStale]: a token below the mark; a [*token.StaleError]
+//     with the mark that refused it, read under the row's lock.
+//   - [token.ErrMissing], [token.ErrNoResource], [token.ErrForged]: the
+//     rules every enforcer applies (package token/enforce); nothing is
+//     sent.
+//   - [ErrBadInput]: an argument no call could succeed with; nothing is
+//     sent.
+//   - [ErrSchema]: the high-water table is missing; a [*SchemaError]
+//     saying to run Migrate.
+//   - [ErrDeadlock]: InnoDB rolled the claim's transaction back as a
+//     deadlock victim; nothing was written, and it is not a refusal:
+//     retry the transaction.
+//
+// Any other error means the claim could not be made: treat it as a
+// refusal, never as acceptance.
+//
+// Everything in this package is safe for concurrent use when the DB it
+// is given is (a *sql.DB is; a *sql.Conn or *sql.Tx is not).
+package mysql
