@@ -26,6 +26,27 @@
 // work on the same resource waits for it, and a rollback undoes the
 // claim.
 //
+// # Column mode: Table
+//
+// The guarded table has a token column, fence_token BIGINT UNSIGNED NOT
+// NULL DEFAULT 0 (ALTER TABLE items ADD COLUMN fence_token BIGINT UNSIGNED
+// NOT NULL DEFAULT 0). [Table.Update] checks and advances the row's mark
+// in the statement that makes the access, conditions included:
+//
+//	items, err := mysql.NewTable(mysql.TableOptions{Name: []string{"items"}, Key: "id"})
+//	// UPDATE items SET stock = stock - 1 WHERE id = 42 AND stock > 0, fenced:
+//	err = items.Update(ctx, db, 42, tok, mysql.Add("stock", -1), mysql.Where("stock > 0"))
+//
+// A refusal is exactly one of a [*token.StaleError], [ErrNoRow] or, the
+// token accepted and a condition not true, a [*ConditionError] (the row is
+// then claimed). Update with no assignment only claims the row: the claim
+// of a read, which must come before the read (every access under a lock,
+// reads included, claims; a read that did not could base a write on data
+// a newer holder is about to change). The fragments of [Where] are SQL
+// written by the program, never user input; their arguments are query
+// parameters, and a fragment that could reach outside its own parentheses
+// is refused before anything is sent.
+//
 // # Tokens
 //
 // Tokens are the whole uint64 range: the mark is a BIGINT UNSIGNED, and
@@ -46,7 +67,8 @@
 // claim learns the mark it found from LAST_INSERT_ID(expr), which the
 // server returns with the statement's result. No driver option is
 // needed or in the way: clientFoundRows, interpolateParams and parseTime
-// may be set either way. One consequence: a claim sets the session's
+// may be set either way. [Table.Update] reports its outcome the same way,
+// as a code its first assignment records before any column changes. One consequence: a claim sets the session's
 // LAST_INSERT_ID() to the mark it found; on a *sql.Conn or *sql.Tx of
 // your own, read an AUTO_INCREMENT id before claiming, not after.
 //
@@ -64,10 +86,12 @@
 //   - [token.ErrMissing], [token.ErrNoResource], [token.ErrForged]: the
 //     rules every enforcer applies (package token/enforce); nothing is
 //     sent.
+//   - [ErrNoRow] ([token.ErrNotFound]): no such row; a [*ConditionError]
+//     ([ErrCondition], [token.ErrCondition]): a [Where] condition not true.
 //   - [ErrBadInput]: an argument no call could succeed with; nothing is
 //     sent.
-//   - [ErrSchema]: the high-water table is missing; a [*SchemaError]
-//     saying to run Migrate.
+//   - [ErrSchema]: the high-water table or the token column is missing; a
+//     [*SchemaError] saying what sets it up.
 //   - [ErrDeadlock]: InnoDB rolled the claim's transaction back as a
 //     deadlock victim; nothing was written, and it is not a refusal:
 //     retry the transaction.

@@ -1,0 +1,361 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fenceguard/fenceguard/token"
+	"github.com/fenceguard/fenceguard/token/enforce"
+)
+
+// TableOptions configure [NewTable].
+type TableOptions struct {
+	// Name of the guarded table: {table} or {database, table}. Required.
+	Name []string
+
+	// Key is the column that identifies a row. Required; it must be
+	// unique (a primary key or a unique index).
+	Key string
+
+	// Token is the column holding the row's high-water mark, BIGINT
+	// UNSIGNED NOT NULL DEFAULT 0. Default "fence_token".
+	Token string
+
+	// Check runs before every operation, with the row's resource name
+	// "<Name>/<key>" and the token; a refused token sends nothing. Nil is
+	// [token.DefaultCheck], the clock bound; [token.NoCheck] turns
+	// checking off.
+	Check token.Check
+}
+
+// Table is a table guarded in column mode: each row carries its own
+// high-water mark in a token column, and [Table.Update] checks and
+// advances the mark in the statement that makes the access, so a row can
+// never be written under a token lower than one it has accepted.
+//
+// A row's resource name, which the check is asked about and every
+// [*token.StaleError] carries, is "<table name>/<key>": the Name as
+// configured, its parts joined by ".", a slash, and the key as
+// fmt.Sprint formats it.
+//
+// A Table is immutable and safe for concurrent use.
+type Table struct {
+	name  string // as configured, for messages and resource names
+	tbl   string // quoted
+	key   string // quoted key column
+	tok   string // quoted token column
+	check token.Check
+
+	currentSQL string // key → the row's token
+}
+
+// NewTable returns the guarded table described by o. It fails with an
+// error wrapping [ErrBadInput] for missing or unusable names; it does not
+// touch the database.
+func NewTable(o TableOptions) (*Table, error) {
+	if o.Token == "" {
+		o.Token = "fence_token"
+	}
+	tbl, err := quoteName(o.Name)
+	if err != nil {
+		return nil, err
+	}
+	key, err := quoteName([]string{o.Key})
+	if err != nil {
+		return nil, fmt.Errorf("%w (key column)", err)
+	}
+	tok, err := quoteName([]string{o.Token})
+	if err != nil {
+		return nil, fmt.Errorf("%w (token column)", err)
+	}
+	if strings.EqualFold(o.Key, o.Token) {
+		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadInput, o.Key)
+	}
+	tb := &Table{name: strings.Join(o.Name, "."), tbl: tbl, key: key, tok: tok, check: o.Check}
+	tb.currentSQL = `SELECT ` + tok + ` FROM ` + tbl + ` WHERE ` + key + ` = ?`
+	return tb, nil
+}
+
+// Clause is one clause of [Table.Update]: a column's new value, [Set] or
+// [Add], or a condition on the row, [Where].
+type Clause struct {
+	kind   int
+	column string
+	value  any    // the value, or the delta of Add
+	cond   string // Where's SQL
+	args   []any  // Where's arguments
+}
+
+// Kinds of [Clause].
+const (
+	clauseValue = iota // column = ?
+	clauseAdd          // column = column + ?
+	clauseWhere        // AND (cond)
+)
+
+// Set assigns value to column, sent as a query parameter whatever it
+// contains.
+func Set(column string, value any) Clause {
+	return Clause{kind: clauseValue, column: column, value: value}
+}
+
+// Add adds delta to column in the statement: Add("stock", -1) is
+// stock = stock - 1 computed from the row as it is. delta is a query
+// parameter.
+func Add(column string, delta any) Clause {
+	return Clause{kind: clauseAdd, column: column, value: delta}
+}
+
+// Where adds a condition to [Table.Update], evaluated on the row as it
+// was before the statement, next to the token check:
+// Update(ctx, db, 42, t, Add("stock", -1), Where("stock >= ?", 1)) sells
+// one unit only if there is one. A row whose condition is not true (false
+// or NULL) is not assigned, and Update returns a [*ConditionError] — after
+// claiming the row for t: evaluating the condition read the row. Several
+// Where clauses are joined with AND.
+//
+// cond is SQL text: a constant of your code, never user input; its
+// arguments, one per ?, are query parameters. A fragment that could reach
+// outside its own parentheses (an unbalanced parenthesis or quote, a
+// semicolon, a comment) or whose ? count differs from len(args) is
+// refused with [ErrBadInput] before anything is sent.
+func Where(cond string, args ...any) Clause {
+	return Clause{kind: clauseWhere, cond: cond, args: args}
+}
+
+// ErrNoRow: the guarded row does not exist. Nothing was written. It
+// unwraps to [token.ErrNotFound].
+var ErrNoRow error = &kindError{"mysql: no such row", token.ErrNotFound}
+
+// ErrCondition is what every [*ConditionError] unwraps to. It unwraps to
+// [token.ErrCondition].
+var ErrCondition error = &kindError{"mysql: condition not met", token.ErrCondition}
+
+// kindError is an error value of this package that also matches the
+// sentinel of package token for its kind of answer.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// ConditionError reports that [Table.Update]'s token was accepted and its
+// [Where] conditions were not true: nothing was assigned, and the row's
+// mark was advanced to Token. It unwraps to [ErrCondition].
+type ConditionError struct {
+	Resource   string      // the row's resource name, "<table>/<key>"
+	Conditions []string    // the Where clauses, as written
+	Token      token.Token // the token the row was claimed for
+}
+
+func (e *ConditionError) Error() string {
+	return fmt.Sprintf("mysql: %s: condition not met (%s); the row is claimed for token %d",
+		e.Resource, strings.Join(e.Conditions, " AND "), e.Token)
+}
+
+func (e *ConditionError) Unwrap() error { return ErrCondition }
+
+// Outcomes of an Update's statement, as its LAST_INSERT_ID(expr) reports
+// them; 0 (not set) means no row matched the key.
+const (
+	outcomeDone      = 1 // accepted, conditions true: assigned
+	outcomeCondition = 2 // accepted, a condition not true: only claimed
+	outcomeStale     = 3 // refused: the mark is above the token
+)
+
+// Update assigns set to the row with key if t is not lower than the row's
+// mark, and advances the mark to t, in one statement, one round trip:
+//
+//	err := items.Update(ctx, db, 42, t, mysql.Add("stock", -1), mysql.Where("stock > 0"))
+//
+// Refused, it is exactly one of: a [*token.StaleError] (the token is below
+// the mark, whatever the conditions), [ErrNoRow], or a [*ConditionError]
+// (errors.Is [ErrCondition]) when the token was accepted and a condition
+// was not true — then nothing is assigned, but the row is claimed for t.
+// The statement itself tells the three apart; a stale refusal then reads
+// the mark to report it (a second statement: the mark it reports is at
+// least the one that refused).
+//
+// Update with no Set or Add only claims the row: the fenced form of a
+// read's claim, before a read of the row in the same transaction.
+//
+// MySQL assigns left to right, each assignment seeing the ones before; an
+// Add sees its own column as it was. Conditions and the token check are
+// evaluated on the row as it was, before any assignment.
+func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	if key == nil {
+		return fmt.Errorf("%w: nil key", ErrBadInput)
+	}
+	resource := tb.name + "/" + fmt.Sprint(key)
+	sqlText, condArgs, assignArgs, conds, err := tb.updateSQL(set)
+	if err != nil {
+		return err
+	}
+	t, err = enforce.Resolve(ctx, resource, t)
+	if err != nil {
+		return fmt.Errorf("mysql: update: %w", err)
+	}
+	if err := enforce.CheckClaim(resource, t); err != nil {
+		return fmt.Errorf("mysql: update: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mysql: update %s: %w", resource, err)
+	}
+	if err := enforce.Admit(ctx, tb.check, resource, t); err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	u := uint64(t) // BIGINT UNSIGNED: see Tokens' claim
+	args := make([]any, 0, len(condArgs)+len(assignArgs)+3)
+	args = append(args, u)
+	args = append(args, condArgs...)
+	args = append(args, u)
+	args = append(args, assignArgs...)
+	args = append(args, key)
+	res, err := db.ExecContext(ctx, sqlText, args...)
+	if err != nil {
+		return tb.wrapErr("update", resource, err)
+	}
+	outcome, err := res.LastInsertId()
+	if err != nil {
+		return tb.wrapErr("update", resource, err)
+	}
+	switch outcome {
+	case outcomeDone:
+		return nil
+	case outcomeCondition:
+		return &ConditionError{Resource: resource, Conditions: conds, Token: t}
+	case outcomeStale:
+		var cur uint64
+		if err := db.QueryRowContext(ctx, tb.currentSQL, key).Scan(&cur); err != nil {
+			return fmt.Errorf("mysql: update %s: refused as stale, and reading the mark failed: %w", resource, err)
+		}
+		return &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
+	case 0:
+		return fmt.Errorf("mysql: update %s: %w", resource, ErrNoRow)
+	}
+	return fmt.Errorf("mysql: update %s: the server reported outcome %d", resource, outcome)
+}
+
+// updateSQL builds Update's statement, whose parameters are the token,
+// condArgs, the token again, assignArgs, then the key. The first assignment decides, on the row as it was, and
+// records the outcome with LAST_INSERT_ID(expr) — which the server
+// returns in the statement's OK packet, since MySQL has no RETURNING and
+// affected rows depend on the client's CLIENT_FOUND_ROWS flag — and sets
+// the mark; the other assignments read the outcome back with
+// LAST_INSERT_ID(), which returns the value just set in this statement.
+func (tb *Table) updateSQL(set []Clause) (text string, condArgs, assignArgs []any, conds []string, err error) {
+	var assigns []string
+	for _, c := range set {
+		switch c.kind {
+		case clauseWhere:
+			if err := checkFragment(c.cond, len(c.args)); err != nil {
+				return "", nil, nil, nil, err
+			}
+			conds = append(conds, c.cond)
+			condArgs = append(condArgs, c.args...)
+		case clauseValue, clauseAdd:
+			col, err := quoteName([]string{c.column})
+			if err != nil {
+				return "", nil, nil, nil, fmt.Errorf("%w (column)", err)
+			}
+			if col == tb.tok || col == tb.key || strings.EqualFold(col, tb.tok) || strings.EqualFold(col, tb.key) {
+				return "", nil, nil, nil, fmt.Errorf("%w: Update assigns to the key or token column %s", ErrBadInput, c.column)
+			}
+			val := "?"
+			if c.kind == clauseAdd {
+				val = col + " + ?"
+			}
+			assigns = append(assigns, col+" = IF(LAST_INSERT_ID() = 1, "+val+", "+col+")")
+			assignArgs = append(assignArgs, c.value)
+		default:
+			return "", nil, nil, nil, fmt.Errorf("%w: unknown clause", ErrBadInput)
+		}
+	}
+	cond := "TRUE"
+	if len(conds) > 0 {
+		cond = "(" + strings.Join(conds, ") AND (") + ")"
+	}
+	var b strings.Builder
+	b.WriteString(`UPDATE ` + tb.tbl + ` SET ` + tb.tok + ` = IF(LAST_INSERT_ID(IF(` + tb.tok + ` > ?, 3, IF(COALESCE(` + cond + `, FALSE), 1, 2))) = 3, ` + tb.tok + `, ?)`)
+	for _, a := range assigns {
+		b.WriteString(", " + a)
+	}
+	b.WriteString(` WHERE ` + tb.key + ` = ?`)
+	return b.String(), condArgs, assignArgs, conds, nil
+}
+
+// checkFragment refuses a Where fragment that could reach outside its own
+// parentheses, or whose placeholders do not match its arguments.
+func checkFragment(s string, nargs int) error {
+	depth, marks := 0, 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if quote != 0 {
+			switch {
+			case c == '\\' && quote != '`':
+				i++
+			case c == quote:
+				if i+1 < len(s) && s[i+1] == quote {
+					i++ // doubled quote
+				} else {
+					quote = 0
+				}
+			}
+			continue
+		}
+		switch c {
+		case '\'', '"', '`':
+			quote = c
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth < 0 {
+				return fmt.Errorf("%w: Where %q closes a parenthesis it did not open", ErrBadInput, s)
+			}
+		case ';', '#':
+			return fmt.Errorf("%w: Where %q holds %q", ErrBadInput, s, c)
+		case '-', '/':
+			if i+1 < len(s) && ((c == '-' && s[i+1] == '-') || (c == '/' && s[i+1] == '*')) {
+				return fmt.Errorf("%w: Where %q holds a comment", ErrBadInput, s)
+			}
+		case '?':
+			marks++
+		}
+	}
+	switch {
+	case quote != 0:
+		return fmt.Errorf("%w: Where %q leaves a quote open", ErrBadInput, s)
+	case depth != 0:
+		return fmt.Errorf("%w: Where %q leaves a parenthesis open", ErrBadInput, s)
+	case strings.TrimSpace(s) == "":
+		return fmt.Errorf("%w: empty Where", ErrBadInput)
+	case marks != nargs:
+		return fmt.Errorf("%w: Where %q has %d placeholders and %d arguments", ErrBadInput, s, marks, nargs)
+	}
+	return nil
+}
+
+// wrapErr classifies a failed statement on the guarded table.
+func (tb *Table) wrapErr(op, resource string, err error) error {
+	switch serverErr(err) {
+	case erNoSuchTable, erBadDB, erBadField:
+		return &SchemaError{Object: tb.name, Err: err,
+			Fix: "add the token column: ALTER TABLE " + tb.tbl + " ADD COLUMN " + tb.tok + " BIGINT UNSIGNED NOT NULL DEFAULT 0"}
+	case erLockDeadlock:
+		return fmt.Errorf("mysql: %s %s: %w: %w", op, resource, ErrDeadlock, err)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
+	}
+	return fmt.Errorf("mysql: %s %s: %w", op, resource, err)
+}
