@@ -39,10 +39,9 @@
 //
 // A refusal is exactly one of a [*token.StaleError], [ErrNoRow] or, the
 // token accepted and a condition not true, a [*ConditionError] (the row is
-// then claimed). Update with no assignment only claims the row: the claim
-// of a read, which must come before the read (every access under a lock,
-// reads included, claims; a read that did not could base a write on data
-// a newer holder is about to change). The fragments of [Where] are SQL
+// then claimed). [Table.Read] claims the row, then reads it (every access
+// under a lock, reads included, claims; a read that did not could base a
+// write on data a newer holder is about to change). The fragments of [Where] are SQL
 // written by the program, never user input; their arguments are query
 // parameters, and a fragment that could reach outside its own parentheses
 // is refused before anything is sent.

@@ -34,7 +34,8 @@ type TableOptions struct {
 // Table is a table guarded in column mode: each row carries its own
 // high-water mark in a token column, and [Table.Update] checks and
 // advances the mark in the statement that makes the access, so a row can
-// never be written under a token lower than one it has accepted.
+// never be written under a token lower than one it has accepted;
+// [Table.Read] claims the row before it reads it.
 //
 // A row's resource name, which the check is asked about and every
 // [*token.StaleError] carries, is "<table name>/<key>": the Name as
@@ -188,6 +189,47 @@ const (
 // Add sees its own column as it was. Conditions and the token check are
 // evaluated on the row as it was, before any assignment.
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
+	return tb.update(ctx, db, "update", key, t, set)
+}
+
+// Read claims the row with key for t and then reads columns into dest:
+// the row's mark is advanced to t (a token equal to the mark is accepted:
+// one holder, many accesses) and a lower token is refused, exactly as
+// [Table.Update] with no assignment. Every access under a lock, reads
+// included, must claim: a read that did not could base a write on data a
+// newer holder is about to change.
+//
+// MySQL cannot return rows from an UPDATE, so the read is a second
+// statement. On a *sql.Tx both run in the caller's transaction and the
+// claim's row lock holds until it ends; on a pool they are two
+// statements, and the read sees the row as it is after the claim — if a
+// newer holder claimed in between, this holder's next fenced write is
+// refused. A row deleted in between is [ErrNoRow].
+func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, columns []string, dest ...any) error {
+	if len(columns) != len(dest) || len(columns) == 0 {
+		return fmt.Errorf("%w: %d columns and %d destinations", ErrBadInput, len(columns), len(dest))
+	}
+	cols := make([]string, len(columns))
+	for i, c := range columns {
+		q, err := quoteName([]string{c})
+		if err != nil {
+			return fmt.Errorf("%w (column)", err)
+		}
+		cols[i] = q
+	}
+	if err := tb.update(ctx, db, "read", key, t, nil); err != nil {
+		return err
+	}
+	resource := tb.name + "/" + fmt.Sprint(key)
+	q := `SELECT ` + strings.Join(cols, ", ") + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = ?`
+	if err := db.QueryRowContext(ctx, q, key).Scan(dest...); err != nil {
+		return tb.wrapErr("read", resource, err)
+	}
+	return nil
+}
+
+// update is Update, and Read's claim (op "read", no assignment).
+func (tb *Table) update(ctx context.Context, db DB, op string, key any, t token.Token, set []Clause) error {
 	if db == nil {
 		return fmt.Errorf("%w: nil DB", ErrBadInput)
 	}
@@ -201,13 +243,13 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	}
 	t, err = enforce.Resolve(ctx, resource, t)
 	if err != nil {
-		return fmt.Errorf("mysql: update: %w", err)
+		return fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	if err := enforce.CheckClaim(resource, t); err != nil {
-		return fmt.Errorf("mysql: update: %w", err)
+		return fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mysql: update %s: %w", resource, err)
+		return fmt.Errorf("mysql: %s %s: %w", op, resource, err)
 	}
 	if err := enforce.Admit(ctx, tb.check, resource, t); err != nil {
 		return fmt.Errorf("mysql: %w", err)
@@ -221,11 +263,11 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	args = append(args, key)
 	res, err := db.ExecContext(ctx, sqlText, args...)
 	if err != nil {
-		return tb.wrapErr("update", resource, err)
+		return tb.wrapErr(op, resource, err)
 	}
 	outcome, err := res.LastInsertId()
 	if err != nil {
-		return tb.wrapErr("update", resource, err)
+		return tb.wrapErr(op, resource, err)
 	}
 	switch outcome {
 	case outcomeDone:
@@ -235,13 +277,13 @@ func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set 
 	case outcomeStale:
 		var cur uint64
 		if err := db.QueryRowContext(ctx, tb.currentSQL, key).Scan(&cur); err != nil {
-			return fmt.Errorf("mysql: update %s: refused as stale, and reading the mark failed: %w", resource, err)
+			return fmt.Errorf("mysql: %s %s: refused as stale, and reading the mark failed: %w", op, resource, err)
 		}
 		return &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
 	case 0:
-		return fmt.Errorf("mysql: update %s: %w", resource, ErrNoRow)
+		return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
 	}
-	return fmt.Errorf("mysql: update %s: the server reported outcome %d", resource, outcome)
+	return fmt.Errorf("mysql: %s %s: the server reported outcome %d", op, resource, outcome)
 }
 
 // updateSQL builds Update's statement, whose parameters are the token,
@@ -348,9 +390,11 @@ func checkFragment(s string, nargs int) error {
 // wrapErr classifies a failed statement on the guarded table.
 func (tb *Table) wrapErr(op, resource string, err error) error {
 	switch serverErr(err) {
-	case erNoSuchTable, erBadDB, erBadField:
+	case erNoSuchTable, erBadDB:
+		return &SchemaError{Object: tb.name, Err: err}
+	case erBadField:
 		return &SchemaError{Object: tb.name, Err: err,
-			Fix: "add the token column: ALTER TABLE " + tb.tbl + " ADD COLUMN " + tb.tok + " BIGINT UNSIGNED NOT NULL DEFAULT 0"}
+			Fix: "check the column names; a missing token column is added with ALTER TABLE " + tb.tbl + " ADD COLUMN " + tb.tok + " BIGINT UNSIGNED NOT NULL DEFAULT 0"}
 	case erLockDeadlock:
 		return fmt.Errorf("mysql: %s %s: %w: %w", op, resource, ErrDeadlock, err)
 	}

@@ -113,15 +113,15 @@ func TestTableUpdateOutcomes(t *testing.T) {
 // Fencing only the writes does not stop a read-modify-write race: A
 // (token 5) reads stock 10 and pauses, B (6) reads 10 and writes 9, A
 // wakes and writes 9 — two sales, one decrement. Claiming on the read
-// too (Update with no assignment, then the read) refuses A's write.
+// too (Read) refuses A's write.
 func TestTableReadModifyWrite(t *testing.T) {
 	db, items := newItems(t)
 	ctx := ctxFor(t, time.Minute)
 	read := func(tok token.Token) int {
-		if err := items.Update(ctx, db, 1, tok); err != nil { // the read's claim
-			t.Fatalf("claim for the read with %d: %v", tok, err)
+		var s int
+		if err := items.Read(ctx, db, 1, tok, []string{"stock"}, &s); err != nil {
+			t.Fatalf("Read with %d: %v", tok, err)
 		}
-		s, _, _ := row(t, db)
 		return s
 	}
 	a := read(5)
@@ -221,5 +221,48 @@ func TestTableBadInput(t *testing.T) {
 	}
 	if s, _, m := row(t, db); m != 5 || s != 10 {
 		t.Errorf("after the refusals: stock %d, mark %d; want 10, 5", s, m)
+	}
+}
+
+// Read claims the row, then reads it; a refused or missing row leaves the
+// destinations alone.
+func TestTableRead(t *testing.T) {
+	db, items := newItems(t)
+	ctx := ctxFor(t, time.Minute)
+	stock, note := -1, sql.NullString{String: "untouched"}
+	if err := items.Read(ctx, db, 1, 5, []string{"stock", "note"}, &stock, &note); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, m := row(t, db); stock != 10 || note.Valid || m != 5 {
+		t.Fatalf("Read: stock %d, note %+v, mark %d; want 10, NULL, 5", stock, note, m)
+	}
+	stock = -1
+	stale(t, items.Read(ctx, db, 1, 4, []string{"stock"}, &stock), 4, 5)
+	if err := items.Read(ctx, db, 2, 9, []string{"stock"}, &stock); !errors.Is(err, mysql.ErrNoRow) {
+		t.Fatalf("Read of a missing row = %v, want ErrNoRow", err)
+	}
+	if stock != -1 {
+		t.Fatalf("a refused Read wrote %d", stock)
+	}
+	if err := items.Read(ctx, db, 1, 5, []string{"stock", "note"}, &stock); !errors.Is(err, mysql.ErrBadInput) {
+		t.Errorf("two columns, one destination: %v, want ErrBadInput", err)
+	}
+	if err := items.Read(ctx, db, 1, 5, []string{"nope"}, &stock); !errors.Is(err, mysql.ErrSchema) {
+		t.Errorf("an unknown column: %v, want ErrSchema", err)
+	}
+	// In the caller's transaction the claim's lock holds until it ends,
+	// and a rollback undoes the claim.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := items.Read(ctx, tx, 1, 8, []string{"stock"}, &stock); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, m := row(t, db); m != 5 {
+		t.Fatalf("after a rolled-back Read: mark %d, want 5", m)
 	}
 }
