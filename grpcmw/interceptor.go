@@ -369,15 +369,26 @@ func (i *Interceptor) claim(ctx context.Context, method string, req any, t token
 		if l, err = i.locks.lock(ctx, key); err != nil {
 			return admitted{}, i.refuse(ctx, method, refusalUnavailable("the call ended while waiting for the resource", err), key, t)
 		}
+		// The Fence and Observe are the user's code: if either panics and
+		// a recovery interceptor keeps the server up, the key must not
+		// stay locked for every later call.
+		defer func() {
+			if l != nil {
+				l.unlock()
+			}
+		}()
 	}
 	if err := i.o.Fence.Claim(ctx, key, t); err != nil {
 		if l != nil {
 			l.unlock()
+			l = nil
 		}
 		return admitted{}, i.refuse(ctx, method, claimRefusal(t, err), key, t)
 	}
 	i.observe(ctx, method, Outcome{Result: ResultAccepted, Resource: key, Token: t})
-	return admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l}, nil
+	a := admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l}
+	l = nil // the caller's now
+	return a, nil
 }
 
 // refuse reports a refusal to Observe and Log and returns its status
