@@ -299,8 +299,9 @@ func TestFenceBadInput(t *testing.T) {
 func TestFenceOtherTable(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxFor(t, time.Minute)
-	exec(t, db, "CREATE DATABASE IF NOT EXISTS fg_other_"+strings.ReplaceAll(t.Name(), "/", "_"))
-	other := "fg_other_" + strings.ReplaceAll(t.Name(), "/", "_")
+	// Unique across test processes sharing a server from the environment.
+	other := "fg_other_" + strings.ReplaceAll(harness.UniqueID(), "-", "_")
+	exec(t, db, "CREATE DATABASE "+other)
 	t.Cleanup(func() { db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+other) })
 	marks, err := mysql.NewTokens(mysql.TokensOptions{Name: []string{other, "odd `name"}, Check: token.NoCheck()})
 	if err != nil {
