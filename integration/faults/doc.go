@@ -185,10 +185,11 @@
 // both balances and write the balances computed from that read, in a
 // critical section over both locks (guard.DoAll; the lock keys are the
 // resources, "acct:A" and "acct:B"). On each of redis, redlock, etcd and
-// zk, a holder process moving 10 from A to B is frozen with SIGSTOP
-// between its read and its write, past its 2 s lease; the test is then
-// granted both locks, moves 5 from B to A and must commit within 10 s,
-// the holder still frozen; then the holder is continued and writes.
+// zk (the four at once), a holder process moving 10 from A to B is frozen
+// with SIGSTOP between its read and its write, past its 2 s lease; the
+// test is then granted both locks, moves 5 from B to A and must commit
+// within 10 s, the holder still frozen; then the holder is continued and
+// writes.
 // Fenced, the transfers run in storage/postgres TxAll: the server ended
 // the frozen transaction at its lease's end, the holder's transfer is
 // refused (ErrHoldExpired; a *token.StaleError would do too, and the log

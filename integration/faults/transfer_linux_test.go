@@ -39,9 +39,13 @@ const transferBound = 10 * time.Second
 // that the balances no longer add up to the transfers that committed — and
 // the control must show it, or the schedule proved nothing and the test
 // fails.
+//
+// The lockers play at once, each on its own keys and databases: a play
+// spends most of its time waiting for a frozen lease to end.
 func TestTransferFrozenHolder(t *testing.T) {
 	for _, kind := range []string{redisLock, redLock, etcdLock, zkLock} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			a := newAttackLocks(t, kind)
 			t.Run("fenced", func(t *testing.T) { checkTransfer(t, true, playTransfer(t, a, true)) })
 			t.Run("control", func(t *testing.T) { checkTransfer(t, false, playTransfer(t, a, false)) })
