@@ -47,7 +47,7 @@ const (
 // loopServiceDesc is a hand-written service on wrapperspb messages: a
 // unary Put whose request value is the resource key, a bidi Stream keyed
 // by its method, and a bidi First keyed by its first message. Each
-// handler echoes what it received.
+// handler echoes what it received; Health, unary, answers its request.
 func loopServiceDesc() *grpc.ServiceDesc {
 	echoStream := func(_ any, ss grpc.ServerStream) error {
 		for {
@@ -66,26 +66,29 @@ func loopServiceDesc() *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: "loop.Svc",
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{
-			MethodName: "Put",
-			Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-				in := new(wrapperspb.StringValue)
-				if err := dec(in); err != nil {
-					return nil, err
-				}
-				h := func(ctx context.Context, req any) (any, error) {
-					return req, nil
-				}
-				if icpt == nil {
-					return h(ctx, in)
-				}
-				return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: loopUnary}, h)
-			},
-		}},
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Put", Handler: loopEcho(loopUnary)},
+			{MethodName: "Health", Handler: loopEcho("/loop.Svc/Health")},
+		},
 		Streams: []grpc.StreamDesc{
 			{StreamName: "Stream", Handler: echoStream, ServerStreams: true, ClientStreams: true},
 			{StreamName: "First", Handler: echoStream, ServerStreams: true, ClientStreams: true},
 		},
+	}
+}
+
+// loopEcho is a unary handler for fullMethod that answers its request.
+func loopEcho(fullMethod string) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.StringValue)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		h := func(_ context.Context, req any) (any, error) { return req, nil }
+		if icpt == nil {
+			return h(ctx, in)
+		}
+		return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}, h)
 	}
 }
 
