@@ -29,11 +29,12 @@ const binaryKey = MetadataKey + "-bin"
 type Options struct {
 	// Resource derives the resource key of a call from its full method
 	// ("/pkg.Service/Method") and its request message, and is required.
-	// It sees nothing else of the call — not the metadata, so a key the
-	// client names beside the request is never used. For a stream it is
-	// called once, at the stream's start, with a nil message: a stream's
-	// key comes from its method — or from its first message, with
-	// [Options.KeyFromFirstMessage].
+	// The interceptor takes the key from nothing else: a key the client
+	// names beside the request is never used — unless Resource reads one
+	// from ctx, which carries the incoming metadata, and it must not. For
+	// a stream it is called once, at the stream's start, with a nil
+	// message: a stream's key comes from its method — or from its first
+	// message, with [Options.KeyFromFirstMessage].
 	//
 	// It must map each resource to exactly one key, the key the store and
 	// the handler use for it: two spellings of one resource would have two
