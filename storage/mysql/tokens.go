@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fenceguard/fenceguard/token"
@@ -28,6 +29,13 @@ type TokensOptions struct {
 	// Logger receives the audit record of every [Tokens.Reset] (and
 	// [Fence.Reset]). Nil is slog.Default().
 	Logger *slog.Logger
+
+	// HoldTimeout bounds how long a [Tokens.Tx] may sit idle inside its
+	// transaction, holding the claim's row lock (see "A frozen holder"
+	// there). Zero is the lease's time left when the context carries a
+	// lease end, else 15 s; a positive value also bounds it under a lease;
+	// negative turns the bound off.
+	HoldTimeout time.Duration
 }
 
 // MaxResourceLen is the longest resource key, in bytes, the high-water
@@ -48,6 +56,7 @@ type Tokens struct {
 	table  string // quoted
 	check  token.Check
 	logger *slog.Logger
+	hold   time.Duration
 
 	claimSQL     string // resource, then t four times → LAST_INSERT_ID: the mark before, 0 when there was none
 	resetSQL     string // resource, to, to → LAST_INSERT_ID: the mark before, 0 when there was none
@@ -75,7 +84,7 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, check: o.Check, logger: o.Logger}
+	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, check: o.Check, logger: o.Logger, hold: o.HoldTimeout}
 	// MySQL has no RETURNING, and the affected-rows count of an upsert
 	// depends on the client's CLIENT_FOUND_ROWS flag (an unchanged row
 	// counts 0 without it, 1 with it: the same as an insert). So the
