@@ -106,9 +106,9 @@ func loopResource(_ context.Context, method string, req any) (string, error) {
 	return "", errors.New("not fenced")
 }
 
-// loopServe starts a real gRPC server on loopback with fg's interceptors
-// behind the recovery interceptors, and returns a connection to it.
-func loopServe(t *testing.T, fg *grpcmw.Interceptor) *grpc.ClientConn {
+// loopServeAddr starts a real gRPC server on loopback with fg's
+// interceptors behind the recovery interceptors, and returns its address.
+func loopServeAddr(t *testing.T, fg *grpcmw.Interceptor) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -120,7 +120,14 @@ func loopServe(t *testing.T, fg *grpcmw.Interceptor) *grpc.ClientConn {
 	srv.RegisterService(loopServiceDesc(), struct{}{})
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return lis.Addr().String()
+}
+
+// loopServe starts a server as loopServeAddr does and returns a
+// connection to it.
+func loopServe(t *testing.T, fg *grpcmw.Interceptor) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(loopServeAddr(t, fg), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
