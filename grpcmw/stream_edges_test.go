@@ -166,3 +166,43 @@ func TestFirstMessageRefusalLeavesNoToken(t *testing.T) {
 		t.Fatalf("%d accepted claims, want 1 (the unary call)", accepted.Load())
 	}
 }
+
+// TestSerializePerKeyWaiterGivesUp checks that a call waiting for a key an
+// open stream holds — a unary call, a stream keyed by its method, a
+// stream keyed by its first message, waiting inside RecvMsg — ends when
+// its client gives up, and leaves the key to the next call once the
+// holder ends (goleak in TestMain sees any waiter left behind).
+func TestSerializePerKeyWaiterGivesUp(t *testing.T) {
+	fg := newLoopInterceptor(t, grpcmw.Options{SerializePerKey: true})
+	cc := loopServe(t, fg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hctx, hcancel := context.WithCancel(ctx)
+	holder := openLoopStream(t, hctx, cc, loopStream, 100)
+	if err := roundTrip(holder, "x"); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	waiters := map[string]func(context.Context) error{
+		"unary": func(ctx context.Context) error { return loopPut(ctx, cc, "stream-key", 101) },
+		"stream": func(ctx context.Context) error {
+			return loopExchange(ctx, cc, loopStream, "x", 101)
+		},
+		"first message": func(ctx context.Context) error {
+			return loopExchange(ctx, cc, loopFirst, "stream-key", 101)
+		},
+	}
+	for name, wait := range waiters {
+		wctx, wcancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, wcancel)
+		if err := wait(wctx); status.Code(err) != codes.Canceled {
+			t.Errorf("%s waiter: %v, want it cancelled while waiting", name, err)
+		}
+		wcancel()
+	}
+	hcancel()
+	for _, name := range []string{"unary", "stream", "first message"} {
+		if err := waiters[name](ctx); err != nil {
+			t.Fatalf("%s after the holder ended: %v", name, err)
+		}
+	}
+}
