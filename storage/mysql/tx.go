@@ -186,7 +186,10 @@ func (k *Tokens) Tx(ctx context.Context, db *sql.DB, resource string, t token.To
 // fn in the same transaction and commits. The claims are one multi-row
 // upsert in the resources' byte order, so fenced transactions over
 // overlapping sets take the marks' row locks in one order and never
-// deadlock each other, then one locking read of the marks.
+// deadlock each other, then one locking read of the marks. A resource
+// without a mark gets one first, 0 (which every token passes), outside the
+// transaction, one statement each: a multi-row upsert inserting new keys
+// deadlocks with another doing the same, on InnoDB's duplicate-key locks.
 //
 // All or nothing: if any token is stale, fn does not run, the transaction
 // is rolled back so no mark moves, and TxAll returns the
@@ -330,6 +333,12 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 		}()
 	}
 
+	if len(c) > 1 {
+		if err := k.ensureRows(ctx, conn, c); err != nil {
+			return err
+		}
+	}
+
 	start := time.Now()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -439,6 +448,49 @@ func (k *Tokens) claimTx(ctx context.Context, tx *sql.Tx, c txClaims) error {
 		}
 		if cur := token.Token(m); cur > x.t {
 			return &token.StaleError{Resource: x.resource, Presented: x.t, Current: cur}
+		}
+	}
+	return nil
+}
+
+// ensureRows creates, outside any transaction, the rows of c's resources
+// that have no mark yet, with mark 0 (which every token passes), one
+// autocommitted statement each. A multi-row upsert inserting new keys
+// inside a transaction deadlocks with another doing the same: InnoDB's
+// duplicate-key checks on keys another transaction inserted but has not
+// committed take locks out of the claims' order. On existing rows the
+// upsert only takes record locks, in order. The existence check is a
+// plain read, which waits for no lock; an INSERT IGNORE of a key a holder
+// created meanwhile waits for that holder, holding nothing itself.
+func (k *Tokens) ensureRows(ctx context.Context, conn *sql.Conn, c txClaims) error {
+	q := `SELECT resource FROM ` + k.table + ` WHERE resource IN (?` + strings.Repeat(", ?", len(c)-1) + `)`
+	args := make([]any, len(c))
+	for i, x := range c {
+		args[i] = x.resource
+	}
+	rows, err := conn.QueryContext(ctx, q, args...)
+	if err != nil {
+		return k.txErr("claim "+c.name()+" in", err)
+	}
+	have := make(map[string]bool, len(c))
+	for rows.Next() {
+		var r []byte
+		if err := rows.Scan(&r); err != nil {
+			rows.Close()
+			return k.txErr("claim "+c.name()+" in", err)
+		}
+		have[string(r)] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return k.txErr("claim "+c.name()+" in", err)
+	}
+	for _, x := range c {
+		if have[x.resource] {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, `INSERT IGNORE INTO `+k.table+` (resource, token, updated_at) VALUES (?, 0, UTC_TIMESTAMP(6))`, x.resource); err != nil {
+			return k.txErr("claim "+c.name()+" in", err)
 		}
 	}
 	return nil

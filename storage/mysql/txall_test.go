@@ -1,0 +1,103 @@
+package mysql_test
+
+import (
+	"database/sql"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceguard/fenceguard/storage/mysql"
+	"github.com/fenceguard/fenceguard/token"
+)
+
+// TxAll is all or nothing: one stale token refuses the whole transaction,
+// fn does not run and no mark moves; all tokens current, every mark moves
+// and fn's writes commit.
+func TestTxAllAllOrNothing(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, time.Minute)
+	for r, tok := range map[string]token.Token{"a": 5, "b": 10, "c": 5} {
+		if err := marks.Fence(db).Claim(ctx, r, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE items SET v = v + 1`)
+		return err
+	}
+	ran := false
+	err := marks.TxAll(ctx, db, map[string]token.Token{"a": 7, "b": 8, "c": 7, "d": 7},
+		func(tx *sql.Tx) error { ran = true; return write(tx) })
+	stale(t, err, 8, 10)
+	var se *token.StaleError
+	if errors.As(err, &se); se.Resource != "b" {
+		t.Fatalf("refused resource %q, want b", se.Resource)
+	}
+	if ran {
+		t.Fatal("fn ran under a stale token")
+	}
+	for r, want := range map[string]token.Token{"a": 5, "b": 10, "c": 5, "d": 0} {
+		if m := mark(t, db, marks, r); m != want {
+			t.Fatalf("after the refusal mark of %s = %d, want %d", r, m, want)
+		}
+	}
+	if v := itemV(t, db, 1); v != 0 {
+		t.Fatalf("v = %d after the refusal", v)
+	}
+
+	// Zero tokens come from the context, each for its own resource.
+	cctx := token.NewContext(token.NewContext(ctx, "a", 7), "b", 10)
+	if err := marks.TxAll(cctx, db, map[string]token.Token{"a": 0, "b": 0, "c": 7, "d": 7}, write); err != nil {
+		t.Fatal(err)
+	}
+	for r, want := range map[string]token.Token{"a": 7, "b": 10, "c": 7, "d": 7} {
+		if m := mark(t, db, marks, r); m != want {
+			t.Fatalf("mark of %s = %d, want %d", r, m, want)
+		}
+	}
+	if v := itemV(t, db, 1); v != 1 {
+		t.Fatalf("v = %d, want fn's write committed", v)
+	}
+
+	for _, c := range []map[string]token.Token{nil, {"": 1}} {
+		if err := marks.TxAll(ctx, db, c, write); !errors.Is(err, token.ErrNoResource) {
+			t.Fatalf("TxAll(%v) = %v, want ErrNoResource", c, err)
+		}
+	}
+	if err := marks.TxAll(ctx, db, map[string]token.Token{"a": 0}, write); !errors.Is(err, token.ErrMissing) {
+		t.Fatalf("zero token without a context: %v, want ErrMissing", err)
+	}
+}
+
+// Fenced transactions over overlapping sets of resources, given in maps
+// (whose order Go randomizes), never deadlock each other: the claims take
+// the row locks in one order.
+func TestTxAllOverlappingSetsDoNotDeadlock(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, 2*time.Minute)
+	resources := []string{"a", "b", "c", "d", "e"}
+	var next atomic.Uint64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				tok := token.Token(next.Add(1))
+				c := map[string]token.Token{}
+				for _, i := range rand.Perm(len(resources))[:3] {
+					c[resources[i]] = tok
+				}
+				err := marks.TxAll(ctx, db, c, func(tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, `UPDATE items SET v = v + 1 WHERE id = 1`)
+					return err
+				})
+				if err != nil && !errors.Is(err, token.ErrStale) {
+					t.Errorf("TxAll: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
