@@ -65,7 +65,10 @@
 // have granted before they move any mark; use [token.SequencerCheck] with
 // etcd's and ZooKeeper's tokens. Neither authenticates: keep fenced
 // methods to clients that take the lock (the trust model is in
-// docs/design.md, "Forged tokens: the trust model").
+// docs/design.md, "Forged tokens: the trust model"). In a chain, put
+// authentication before these interceptors: a call they admit has
+// already moved the mark when a later interceptor refuses it, and an
+// unauthenticated caller could fence out the lock's holder.
 //
 // # Status codes
 //
