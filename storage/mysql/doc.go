@@ -46,6 +46,28 @@
 // parameters, and a fragment that could reach outside its own parentheses
 // is refused before anything is sent.
 //
+// # Table mode: Tx
+//
+// [Tx] claims the resource in the high-water table as the first statement
+// of a transaction, runs fn in that transaction and commits:
+//
+//	err := mysql.Tx(ctx, db, "sku:42", tok, func(tx *sql.Tx) error {
+//		// any SQL, reads included: all of it under the claim
+//		return nil
+//	})
+//
+// The claim holds the mark's row lock until the transaction ends, so
+// fenced transactions on one resource run one at a time, under READ
+// COMMITTED, REPEATABLE READ or SERIALIZABLE. A stale token is refused
+// before fn runs and nothing is written; fn's error or panic rolls the
+// claim back too. [TxAll] claims several resources, all or nothing, in
+// one order. A deadlock ([ErrDeadlock]) or lock wait timeout
+// ([ErrLockTimeout]) rolls the transaction back and is never reported as
+// stale: retry the whole call. When ctx carries the lease behind the
+// token ([token.Expiry]), the transaction does not commit past the
+// lease's end ([ErrHoldExpired]); the server's own bound on a frozen
+// holder is wait_timeout, in whole seconds (see [Tokens.Tx]).
+//
 // # Tokens
 //
 // Tokens are the whole uint64 range: the mark is a BIGINT UNSIGNED, and
@@ -94,6 +116,10 @@
 //   - [ErrDeadlock]: InnoDB rolled the claim's transaction back as a
 //     deadlock victim; nothing was written, and it is not a refusal:
 //     retry the transaction.
+//   - [ErrLockTimeout]: a fenced transaction waited too long for a row
+//     lock (1205) and was rolled back; not a refusal either.
+//   - [ErrHoldExpired]: a fenced transaction's lease ended, or it sat
+//     idle past its hold bound; nothing of it committed.
 //
 // Any other error means the claim could not be made: treat it as a
 // refusal, never as acceptance.
