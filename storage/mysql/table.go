@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fenceguard/fenceguard/token"
 	"github.com/fenceguard/fenceguard/token/enforce"
@@ -23,6 +24,11 @@ type TableOptions struct {
 	// Token is the column holding the row's high-water mark, BIGINT
 	// UNSIGNED NOT NULL DEFAULT 0. Default "fence_token".
 	Token string
+
+	// Tokens is the high-water table that keeps the marks of deleted rows
+	// ([Table.Delete]). Default: fence_tokens in the connection's
+	// database, as [Migrate] creates it.
+	Tokens *Tokens
 
 	// Check runs before every operation, with the row's resource name
 	// "<Name>/<key>" and the token; a refused token sends nothing. Nil is
@@ -44,13 +50,21 @@ type TableOptions struct {
 //
 // A Table is immutable and safe for concurrent use.
 type Table struct {
-	name  string // as configured, for messages and resource names
-	tbl   string // quoted
-	key   string // quoted key column
-	tok   string // quoted token column
-	check token.Check
+	name   string // as configured, for messages and resource names
+	tbl    string // quoted
+	key    string // quoted key column
+	tok    string // quoted token column
+	check  token.Check
+	tokens *Tokens
+	rawKey string // as configured: the key column, for Verify
+	schema string // the database part of Name, "" for the connection's
 
 	currentSQL string // key → the row's token
+
+	// keyKind is the key column's kind once Verify found it fit for
+	// tombstones (keyInteger or keyBytes); 0 until then. Refusals are not
+	// remembered: the column may be altered.
+	keyKind atomic.Int32
 }
 
 // NewTable returns the guarded table described by o. It fails with an
@@ -75,7 +89,14 @@ func NewTable(o TableOptions) (*Table, error) {
 	if strings.EqualFold(o.Key, o.Token) {
 		return nil, fmt.Errorf("%w: key and token column are both %q", ErrBadInput, o.Key)
 	}
-	tb := &Table{name: strings.Join(o.Name, "."), tbl: tbl, key: key, tok: tok, check: o.Check}
+	if o.Tokens == nil {
+		o.Tokens = defaultTokens
+	}
+	tb := &Table{name: strings.Join(o.Name, "."), tbl: tbl, key: key, tok: tok, check: o.Check,
+		tokens: o.Tokens, rawKey: o.Key}
+	if len(o.Name) == 2 {
+		tb.schema = o.Name[0]
+	}
 	tb.currentSQL = `SELECT ` + tok + ` FROM ` + tbl + ` WHERE ` + key + ` = ?`
 	return tb, nil
 }
@@ -230,60 +251,94 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 
 // update is Update, and Read's claim (op "read", no assignment).
 func (tb *Table) update(ctx context.Context, db DB, op string, key any, t token.Token, set []Clause) error {
-	if db == nil {
-		return fmt.Errorf("%w: nil DB", ErrBadInput)
-	}
-	if key == nil {
-		return fmt.Errorf("%w: nil key", ErrBadInput)
-	}
-	resource := tb.name + "/" + fmt.Sprint(key)
-	sqlText, condArgs, assignArgs, conds, err := tb.updateSQL(set)
+	resource, t, err := tb.admit(ctx, db, op, key, t)
 	if err != nil {
 		return err
 	}
-	t, err = enforce.Resolve(ctx, resource, t)
+	st, err := tb.updateSQL(set)
 	if err != nil {
-		return fmt.Errorf("mysql: %s: %w", op, err)
+		return err
+	}
+	return tb.runUpdate(ctx, db, op, resource, key, t, st)
+}
+
+// admit checks what every operation gets, resolves the token (the
+// context's when t is 0) and runs the check: nothing has been sent yet.
+// It returns the row's resource name and the token.
+func (tb *Table) admit(ctx context.Context, db DB, op string, key any, t token.Token) (string, token.Token, error) {
+	if db == nil {
+		return "", 0, fmt.Errorf("%w: nil DB", ErrBadInput)
+	}
+	if key == nil {
+		return "", 0, fmt.Errorf("%w: nil key", ErrBadInput)
+	}
+	resource := tb.name + "/" + fmt.Sprint(key)
+	t, err := enforce.Resolve(ctx, resource, t)
+	if err != nil {
+		return "", 0, fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	if err := enforce.CheckClaim(resource, t); err != nil {
-		return fmt.Errorf("mysql: %s: %w", op, err)
+		return "", 0, fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mysql: %s %s: %w", op, resource, err)
+		return "", 0, fmt.Errorf("mysql: %s %s: %w", op, resource, err)
 	}
 	if err := enforce.Admit(ctx, tb.check, resource, t); err != nil {
-		return fmt.Errorf("mysql: %w", err)
+		return "", 0, fmt.Errorf("mysql: %w", err)
 	}
+	return resource, t, nil
+}
+
+// updateStmt is an Update statement and what its parameters need.
+type updateStmt struct {
+	text       string
+	condArgs   []any
+	assignArgs []any
+	conds      []string
+}
+
+// runUpdate runs st for key and t and turns its outcome into an error.
+func (tb *Table) runUpdate(ctx context.Context, db DB, op, resource string, key any, t token.Token, st updateStmt) error {
 	u := uint64(t) // BIGINT UNSIGNED: see Tokens' claim
-	args := make([]any, 0, len(condArgs)+len(assignArgs)+3)
+	args := make([]any, 0, len(st.condArgs)+len(st.assignArgs)+3)
 	args = append(args, u)
-	args = append(args, condArgs...)
+	args = append(args, st.condArgs...)
 	args = append(args, u)
-	args = append(args, assignArgs...)
+	args = append(args, st.assignArgs...)
 	args = append(args, key)
-	res, err := db.ExecContext(ctx, sqlText, args...)
-	if err != nil {
-		return tb.wrapErr(op, resource, err)
-	}
-	outcome, err := res.LastInsertId()
-	if err != nil {
-		return tb.wrapErr(op, resource, err)
-	}
-	switch outcome {
-	case outcomeDone:
-		return nil
-	case outcomeCondition:
-		return &ConditionError{Resource: resource, Conditions: conds, Token: t}
-	case outcomeStale:
+	for range maxAttempts {
+		res, err := db.ExecContext(ctx, st.text, args...)
+		if err != nil {
+			return tb.wrapErr(op, resource, err)
+		}
+		outcome, err := res.LastInsertId()
+		if err != nil {
+			return tb.wrapErr(op, resource, err)
+		}
+		switch outcome {
+		case outcomeDone:
+			return nil
+		case outcomeCondition:
+			return &ConditionError{Resource: resource, Conditions: st.conds, Token: t}
+		case 0:
+			return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
+		case outcomeStale:
+		default:
+			return fmt.Errorf("mysql: %s %s: the server reported outcome %d", op, resource, outcome)
+		}
+		// Refused by a mark above t: read it to report it. A row deleted
+		// (or re-created lower) in between makes the refusal out of date:
+		// run the statement again.
 		var cur uint64
-		if err := db.QueryRowContext(ctx, tb.currentSQL, key).Scan(&cur); err != nil {
+		err = db.QueryRowContext(ctx, tb.currentSQL, key).Scan(&cur)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("mysql: %s %s: refused as stale, and reading the mark failed: %w", op, resource, err)
 		}
-		return &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
-	case 0:
-		return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
+		if err == nil && token.Token(cur) > t {
+			return &token.StaleError{Resource: resource, Presented: t, Current: token.Token(cur)}
+		}
 	}
-	return fmt.Errorf("mysql: %s %s: the server reported outcome %d", op, resource, outcome)
+	return fmt.Errorf("mysql: %s %s: the row kept changing under %d attempts", op, resource, maxAttempts)
 }
 
 // updateSQL builds Update's statement, whose parameters are the token,
@@ -293,23 +348,25 @@ func (tb *Table) update(ctx context.Context, db DB, op string, key any, t token.
 // affected rows depend on the client's CLIENT_FOUND_ROWS flag — and sets
 // the mark; the other assignments read the outcome back with
 // LAST_INSERT_ID(), which returns the value just set in this statement.
-func (tb *Table) updateSQL(set []Clause) (text string, condArgs, assignArgs []any, conds []string, err error) {
+func (tb *Table) updateSQL(set []Clause) (updateStmt, error) {
+	var condArgs, assignArgs []any
+	var conds []string
 	var assigns []string
 	for _, c := range set {
 		switch c.kind {
 		case clauseWhere:
 			if err := checkFragment(c.cond, len(c.args)); err != nil {
-				return "", nil, nil, nil, err
+				return updateStmt{}, err
 			}
 			conds = append(conds, c.cond)
 			condArgs = append(condArgs, c.args...)
 		case clauseValue, clauseAdd:
 			col, err := quoteName([]string{c.column})
 			if err != nil {
-				return "", nil, nil, nil, fmt.Errorf("%w (column)", err)
+				return updateStmt{}, fmt.Errorf("%w (column)", err)
 			}
 			if col == tb.tok || col == tb.key || strings.EqualFold(col, tb.tok) || strings.EqualFold(col, tb.key) {
-				return "", nil, nil, nil, fmt.Errorf("%w: Update assigns to the key or token column %s", ErrBadInput, c.column)
+				return updateStmt{}, fmt.Errorf("%w: Update assigns to the key or token column %s", ErrBadInput, c.column)
 			}
 			val := "?"
 			if c.kind == clauseAdd {
@@ -318,7 +375,7 @@ func (tb *Table) updateSQL(set []Clause) (text string, condArgs, assignArgs []an
 			assigns = append(assigns, col+" = IF(LAST_INSERT_ID() = 1, "+val+", "+col+")")
 			assignArgs = append(assignArgs, c.value)
 		default:
-			return "", nil, nil, nil, fmt.Errorf("%w: unknown clause", ErrBadInput)
+			return updateStmt{}, fmt.Errorf("%w: unknown clause", ErrBadInput)
 		}
 	}
 	cond := "TRUE"
@@ -331,7 +388,7 @@ func (tb *Table) updateSQL(set []Clause) (text string, condArgs, assignArgs []an
 		b.WriteString(", " + a)
 	}
 	b.WriteString(` WHERE ` + tb.key + ` = ?`)
-	return b.String(), condArgs, assignArgs, conds, nil
+	return updateStmt{text: b.String(), condArgs: condArgs, assignArgs: assignArgs, conds: conds}, nil
 }
 
 // checkFragment refuses a Where fragment that could reach outside its own

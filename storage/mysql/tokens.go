@@ -61,6 +61,7 @@ type Tokens struct {
 	claimSQL     string // resource, then t four times → LAST_INSERT_ID: the mark before, 0 when there was none
 	resetSQL     string // resource, to, to → LAST_INSERT_ID: the mark before, 0 when there was none
 	highWaterSQL string // resource → token
+	tombstoneSQL string // resource, t, t: the mark raised to t, or t inserted
 }
 
 var defaultTokens = mustTokens(TokensOptions{})
@@ -105,6 +106,8 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
  token = IF(LAST_INSERT_ID(token) <= ?, ?, token)`
 	k.resetSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
  ON DUPLICATE KEY UPDATE updated_at = UTC_TIMESTAMP(6), token = IF(LAST_INSERT_ID(token) IS NULL, token, ?)`
+	k.tombstoneSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
+ ON DUPLICATE KEY UPDATE updated_at = UTC_TIMESTAMP(6), token = GREATEST(token, ?)`
 	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = ?`
 	return k, nil
 }
