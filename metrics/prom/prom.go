@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,7 +22,8 @@ type Options struct {
 	Namespace string
 
 	// Class maps a lock or resource key to a bounded label value, e.g. the
-	// part before the first ':'. Default: "default" for every key.
+	// part before the first ':'. Default: "default" for every key. A
+	// class that is not UTF-8 is counted as "other".
 	Class func(key string) string
 
 	// MaxClasses caps the distinct classes exported; later ones are
@@ -30,7 +32,7 @@ type Options struct {
 
 	// TrackHighWater selects resources whose accepted high-water is
 	// exported as a gauge labelled with the resource key. Keep the set
-	// small. Default: none.
+	// small; a key that is not UTF-8 gets none. Default: none.
 	TrackHighWater func(resource string) bool
 }
 
@@ -126,6 +128,9 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 // lock.
 func (m *Metrics) class(key string) string {
 	c := m.o.Class(key)
+	if !utf8.ValidString(c) {
+		return "other" // Prometheus panics on such a label
+	}
 	if _, ok := m.known.Load(c); ok {
 		return c
 	}
@@ -188,7 +193,7 @@ func (m *Metrics) Claim(resource string, t token.Token, err error) {
 	c := m.class(resource)
 	result := claimResult(err)
 	m.claims.WithLabelValues(c, result).Inc()
-	if err == nil && m.o.TrackHighWater != nil && m.o.TrackHighWater(resource) {
+	if err == nil && m.o.TrackHighWater != nil && utf8.ValidString(resource) && m.o.TrackHighWater(resource) {
 		m.highWater.WithLabelValues(resource).Set(float64(t))
 	}
 }
