@@ -39,18 +39,24 @@
 //
 // A refusal is exactly one of a [*token.StaleError], [ErrNoRow] or, the
 // token accepted and a condition not true, a [*ConditionError] (the row is
-// then claimed). [Table.Upsert] inserts the row when it is missing.
-// [Table.Delete] keeps the deleted row's mark as a tombstone in the
-// high-water table, in the same transaction, so a stale holder cannot
-// re-create the row through Upsert; tombstones name keys by text, so
-// both need a key column whose text names each key once (integers,
-// VARBINARY, binary NO PAD collations: [Table.Verify]). [Table.HighWater]
-// reports a row's mark, its tombstone included. [Table.Read] claims the row, then reads it (every access
+// then claimed). [Table.Read] claims the row, then reads it (every access
 // under a lock, reads included, claims; a read that did not could base a
-// write on data a newer holder is about to change). The fragments of [Where] are SQL
-// written by the program, never user input; their arguments are query
-// parameters, and a fragment that could reach outside its own parentheses
-// is refused before anything is sent.
+// write on data a newer holder is about to change). The fragments of
+// [Expr] and [Where] are SQL written by the program, never user input;
+// their arguments are query parameters, and a fragment that could reach
+// outside its own parentheses is refused before anything is sent. MySQL
+// assigns columns left to right, each seeing the ones before; so that
+// every expression reads the row as it was, an Expr naming a column
+// assigned before it in the same Update is refused: assign that column
+// after it.
+//
+// [Table.Upsert] inserts the row when it is missing. [Table.Delete] keeps
+// the deleted row's mark as a tombstone in the high-water table, in the
+// same transaction, so a stale holder cannot re-create the row through
+// Upsert; tombstones name keys by text, so both need a key column whose
+// text names each key once (integers, VARBINARY, binary NO PAD
+// collations: [Table.Verify]). [Table.HighWater] reports a row's mark,
+// its tombstone included.
 //
 // # Table mode: Tx
 //

@@ -116,11 +116,17 @@ const (
 	clauseValue = iota // column = ?
 	clauseAdd          // column = column + ?
 	clauseWhere        // AND (cond)
+	clauseExpr         // column = (sql)
 )
 
-// Set assigns value to column, sent as a query parameter whatever it
-// contains.
+// Set assigns value to column. The value is sent as a query parameter,
+// whatever it contains — unless it is an [Expression] ([Expr]), SQL of the
+// program's own that computes the new value from the row in the same
+// statement.
 func Set(column string, value any) Clause {
+	if e, ok := value.(Expression); ok {
+		return Clause{kind: clauseExpr, column: column, cond: e.sql, args: e.args}
+	}
 	return Clause{kind: clauseValue, column: column, value: value}
 }
 
@@ -206,9 +212,11 @@ const (
 // Update with no Set or Add only claims the row: the fenced form of a
 // read's claim, before a read of the row in the same transaction.
 //
-// MySQL assigns left to right, each assignment seeing the ones before; an
-// Add sees its own column as it was. Conditions and the token check are
-// evaluated on the row as it was, before any assignment.
+// Every assignment reads the row as it was: conditions and the token
+// check are evaluated before any column changes, an Add reads its own
+// column, which no earlier assignment may set, and an [Expr] may not name
+// a column assigned before it (MySQL assigns left to right, each
+// assignment seeing the ones before).
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
 	return tb.update(ctx, db, "update", key, t, set)
 }
@@ -352,15 +360,16 @@ func (tb *Table) updateSQL(set []Clause) (updateStmt, error) {
 	var condArgs, assignArgs []any
 	var conds []string
 	var assigns []string
+	var assigned []string // raw column names, in order
 	for _, c := range set {
 		switch c.kind {
 		case clauseWhere:
-			if err := checkFragment(c.cond, len(c.args)); err != nil {
+			if err := checkFragment("Where", c.cond, len(c.args)); err != nil {
 				return updateStmt{}, err
 			}
 			conds = append(conds, c.cond)
 			condArgs = append(condArgs, c.args...)
-		case clauseValue, clauseAdd:
+		case clauseValue, clauseAdd, clauseExpr:
 			col, err := quoteName([]string{c.column})
 			if err != nil {
 				return updateStmt{}, fmt.Errorf("%w (column)", err)
@@ -368,12 +377,27 @@ func (tb *Table) updateSQL(set []Clause) (updateStmt, error) {
 			if col == tb.tok || col == tb.key || strings.EqualFold(col, tb.tok) || strings.EqualFold(col, tb.key) {
 				return updateStmt{}, fmt.Errorf("%w: Update assigns to the key or token column %s", ErrBadInput, c.column)
 			}
+			for _, a := range assigned {
+				if strings.EqualFold(a, c.column) {
+					return updateStmt{}, fmt.Errorf("%w: Update assigns %s twice", ErrBadInput, c.column)
+				}
+			}
 			val := "?"
-			if c.kind == clauseAdd {
+			switch c.kind {
+			case clauseValue:
+				assignArgs = append(assignArgs, c.value)
+			case clauseAdd:
 				val = col + " + ?"
+				assignArgs = append(assignArgs, c.value)
+			case clauseExpr:
+				if err := tb.checkExpr(c, assigned); err != nil {
+					return updateStmt{}, err
+				}
+				val = "(" + c.cond + ")"
+				assignArgs = append(assignArgs, c.args...)
 			}
 			assigns = append(assigns, col+" = IF(LAST_INSERT_ID() = 1, "+val+", "+col+")")
-			assignArgs = append(assignArgs, c.value)
+			assigned = append(assigned, c.column)
 		default:
 			return updateStmt{}, fmt.Errorf("%w: unknown clause", ErrBadInput)
 		}
@@ -391,17 +415,21 @@ func (tb *Table) updateSQL(set []Clause) (updateStmt, error) {
 	return updateStmt{text: b.String(), condArgs: condArgs, assignArgs: assignArgs, conds: conds}, nil
 }
 
-// checkFragment refuses a Where fragment that could reach outside its own
-// parentheses, or whose placeholders do not match its arguments.
-func checkFragment(s string, nargs int) error {
+// checkFragment refuses a Where or Expr fragment that could reach
+// outside its own parentheses, or whose placeholders do not match its
+// arguments.
+func checkFragment(what, s string, nargs int) error {
 	depth, marks := 0, 0
 	var quote byte
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if quote != 0 {
 			switch {
-			case c == '\\' && quote != '`':
-				i++
+			case c == '\\' || c == 0:
+				// Whether a backslash escapes depends on the session's
+				// sql_mode (NO_BACKSLASH_ESCAPES): refused, so that where
+				// a quote ends never does.
+				return fmt.Errorf("%w: %s %q holds a backslash or NUL in a quoted part", ErrBadInput, what, s)
 			case c == quote:
 				if i+1 < len(s) && s[i+1] == quote {
 					i++ // doubled quote
@@ -419,13 +447,15 @@ func checkFragment(s string, nargs int) error {
 		case ')':
 			depth--
 			if depth < 0 {
-				return fmt.Errorf("%w: Where %q closes a parenthesis it did not open", ErrBadInput, s)
+				return fmt.Errorf("%w: %s %q closes a parenthesis it did not open", ErrBadInput, what, s)
 			}
+		case 0, '\\':
+			return fmt.Errorf("%w: %s %q holds a backslash or NUL", ErrBadInput, what, s)
 		case ';', '#':
-			return fmt.Errorf("%w: Where %q holds %q", ErrBadInput, s, c)
+			return fmt.Errorf("%w: %s %q holds %q", ErrBadInput, what, s, c)
 		case '-', '/':
 			if i+1 < len(s) && ((c == '-' && s[i+1] == '-') || (c == '/' && s[i+1] == '*')) {
-				return fmt.Errorf("%w: Where %q holds a comment", ErrBadInput, s)
+				return fmt.Errorf("%w: %s %q holds a comment", ErrBadInput, what, s)
 			}
 		case '?':
 			marks++
@@ -433,13 +463,13 @@ func checkFragment(s string, nargs int) error {
 	}
 	switch {
 	case quote != 0:
-		return fmt.Errorf("%w: Where %q leaves a quote open", ErrBadInput, s)
+		return fmt.Errorf("%w: %s %q leaves a quote open", ErrBadInput, what, s)
 	case depth != 0:
-		return fmt.Errorf("%w: Where %q leaves a parenthesis open", ErrBadInput, s)
+		return fmt.Errorf("%w: %s %q leaves a parenthesis open", ErrBadInput, what, s)
 	case strings.TrimSpace(s) == "":
-		return fmt.Errorf("%w: empty Where", ErrBadInput)
+		return fmt.Errorf("%w: empty %s", ErrBadInput, what)
 	case marks != nargs:
-		return fmt.Errorf("%w: Where %q has %d placeholders and %d arguments", ErrBadInput, s, marks, nargs)
+		return fmt.Errorf("%w: %s %q has %d placeholders and %d arguments", ErrBadInput, what, s, marks, nargs)
 	}
 	return nil
 }
