@@ -48,7 +48,9 @@
 // assigns columns left to right, each seeing the ones before; so that
 // every expression reads the row as it was, an Expr naming a column
 // assigned before it in the same Update is refused: assign that column
-// after it.
+// after it. [Returning] reads the updated row back exactly: MySQL has no
+// UPDATE … RETURNING, so the Update and the read of the row run in one
+// transaction, under the row lock the UPDATE took.
 //
 // [Table.Upsert] inserts the row when it is missing. [Table.Delete] keeps
 // the deleted row's mark as a tombstone in the high-water table, in the

@@ -113,10 +113,11 @@ type Clause struct {
 
 // Kinds of [Clause].
 const (
-	clauseValue = iota // column = ?
-	clauseAdd          // column = column + ?
-	clauseWhere        // AND (cond)
-	clauseExpr         // column = (sql)
+	clauseValue     = iota // column = ?
+	clauseAdd              // column = column + ?
+	clauseWhere            // AND (cond)
+	clauseExpr             // column = (sql)
+	clauseReturning        // read back after the update
 )
 
 // Set assigns value to column. The value is sent as a query parameter,
@@ -218,6 +219,11 @@ const (
 // a column assigned before it (MySQL assigns left to right, each
 // assignment seeing the ones before).
 func (tb *Table) Update(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
+	for _, c := range set {
+		if c.kind == clauseReturning {
+			return tb.updateReturning(ctx, db, key, t, set)
+		}
+	}
 	return tb.update(ctx, db, "update", key, t, set)
 }
 
@@ -369,6 +375,8 @@ func (tb *Table) updateSQL(set []Clause) (updateStmt, error) {
 			}
 			conds = append(conds, c.cond)
 			condArgs = append(condArgs, c.args...)
+		case clauseReturning:
+			// read back by updateReturning, after the statement
 		case clauseValue, clauseAdd, clauseExpr:
 			col, err := quoteName([]string{c.column})
 			if err != nil {
