@@ -96,7 +96,14 @@ type Client struct {
 	// a stream, whose messages are not known when it opens) — to the key
 	// of the lock that guards the resource it is for, and reports false
 	// for a call that is for no fenced resource. It must derive the key
-	// the way the server's [Options.Resource] does.
+	// the way the server's [Options.Resource] does. For a stream keyed by
+	// its first message (the server's [Options.KeyFromFirstMessage]) it
+	// sees no message: report the key of the lock held around the stream
+	// for that method, or the stream goes out without a token.
+	//
+	// A refusal's [*token.StaleError] names the resource as the server's
+	// store does (storage/postgres: its table's name for the row), which
+	// need not be this key.
 	Key func(method string, req any) (key string, ok bool)
 }
 

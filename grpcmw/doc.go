@@ -30,6 +30,10 @@
 // in its context ([token.FromContext]) for store enforcers such as
 // storage/postgres. By default every fenced method requires a token
 // ([Options.Require]); a call that carries one claims whatever the method.
+// Resource (and the client's Key) gets the full method,
+// "/package.Service/Method", and the request as the server's codec
+// decoded it: a generated message, or any type a codec of your own makes
+// (nothing here needs generated code).
 //
 // A stream claims once, at its start, with the key its method gives
 // (Resource sees a nil message) — or, for the methods
@@ -41,7 +45,10 @@
 // token it was opened with, unless [Options.CheckEachMessage] claims
 // again before every message it receives (its RecvMsg then returns the
 // stale refusal), or the handler's store checks the token on every
-// access.
+// access. Only the first message is keyed: the handler must act on the
+// key its context carries, never on another one a later message names
+// (storage/postgres refuses such an access as a key mismatch; the
+// interceptor alone does not see it).
 //
 // # Guarantees
 //

@@ -113,7 +113,11 @@ type Options struct {
 	// message ([Options.KeyFromFirstMessage]) when that message arrives,
 	// so one that ends before its client sends any is not observed — and
 	// again for each later message of a stream that [Options.CheckEachMessage]
-	// refuses. It runs on the call's goroutine and must be quick.
+	// refuses. With [ClaimInStore] the store decides, so a call the
+	// interceptor lets through is reported once the store has: the first
+	// refusal of the token the handler answers with [Error] (stale,
+	// forged, invalid, missing, unavailable), or else, when the handler
+	// returns, accepted. It runs on the call's goroutine and must be quick.
 	Observe func(ctx context.Context, method string, o Outcome)
 
 	// Log, if not nil, logs refusals, rate-limited per result so that a
@@ -310,11 +314,40 @@ type admitted struct {
 	key  string
 	tok  token.Token
 	lock *keyLock
+	rep  *storeReport // nil unless the store decides ([ClaimInStore])
 }
 
 func (a admitted) done() {
+	if a.rep != nil {
+		a.rep.report(a.rep.ctx, Outcome{Result: ResultAccepted, Resource: a.key, Token: a.tok}, false)
+	}
 	if a.lock != nil {
 		a.lock.unlock()
+	}
+}
+
+// storeReportKey is the context key of a call's [storeReport].
+type storeReportKey struct{}
+
+// storeReport is the one decision reported for a call whose store decides
+// ([ClaimInStore]): the first refusal [Error] turns into a status, or
+// the acceptance once the handler returned without one.
+type storeReport struct {
+	ctx      context.Context // the call's, for Observe and Log
+	i        *Interceptor
+	method   string
+	key      string
+	tok      token.Token
+	reported atomic.Bool
+}
+
+func (r *storeReport) report(ctx context.Context, o Outcome, log bool) {
+	if !r.reported.CompareAndSwap(false, true) {
+		return
+	}
+	r.i.observe(ctx, r.method, o)
+	if log && r.i.o.Log != nil {
+		r.i.o.Log.Log(ctx, r.method, o)
 	}
 }
 
@@ -386,8 +419,16 @@ func (i *Interceptor) claim(ctx context.Context, method string, req any, t token
 		}
 		return admitted{}, i.refuse(ctx, method, claimRefusal(t, err), key, t)
 	}
-	i.observe(ctx, method, Outcome{Result: ResultAccepted, Resource: key, Token: t})
-	a := admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l}
+	var rep *storeReport
+	if i.o.Fence == ClaimInStore && (i.o.Observe != nil || i.o.Log != nil) {
+		// The store decides: Error reports its refusal, done the
+		// acceptance, whichever comes first.
+		rep = &storeReport{ctx: ctx, i: i, method: method, key: key, tok: t}
+		ctx = context.WithValue(ctx, storeReportKey{}, rep)
+	} else {
+		i.observe(ctx, method, Outcome{Result: ResultAccepted, Resource: key, Token: t})
+	}
+	a := admitted{ctx: token.NewContext(ctx, key, t), key: key, tok: t, lock: l, rep: rep}
 	l = nil // the caller's now
 	return a, nil
 }

@@ -162,7 +162,13 @@ func refusalUnavailable(msg string, err error) *refusal {
 //     ended context): UNAVAILABLE [ReasonUnavailable].
 //
 // Any other error, nil and status errors included, is returned as it is.
-// The message never carries the cause.
+// The message never carries the cause, and only the refusals of the token
+// (stale, forged, invalid, missing, unavailable) reach [Options.Observe]
+// and [Options.Log], once per call, when the interceptor's Fence is
+// [ClaimInStore]: log the error yourself where you need its cause — the
+// key mismatch above most of all, which is a bug in the handler (with
+// storage/postgres, a table whose resource names are not the lock's keys
+// needs TableOptions.LockKey).
 func Error(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -172,6 +178,7 @@ func Error(ctx context.Context, err error) error {
 	switch {
 	case errors.As(err, &se) && se != nil:
 		r = refusalStale(se, err)
+		reportStore(ctx, r)
 		return r.status(se.Resource)
 	case errors.Is(err, token.ErrStale):
 		r = &refusal{code: codes.Aborted, reason: ReasonStale, msg: "stale fencing token: a newer lock holder has claimed this resource; the lock was lost"}
@@ -199,7 +206,23 @@ func Error(ctx context.Context, err error) error {
 	default:
 		return err
 	}
+	switch r.reason {
+	case ReasonCondition, ReasonNoResource, ReasonKeyMismatch:
+		// The store accepted the token, or was never asked about the
+		// call's key: not a verdict on the token.
+	default:
+		reportStore(ctx, r)
+	}
 	return r.status("")
+}
+
+// reportStore reports a store's refusal of the call's token to
+// [Options.Observe] and [Options.Log], once, when the interceptor left
+// the decision to the store ([ClaimInStore]).
+func reportStore(ctx context.Context, r *refusal) {
+	if rep, ok := ctx.Value(storeReportKey{}).(*storeReport); ok {
+		rep.report(ctx, r.outcome(rep.key, rep.tok), true)
+	}
 }
 
 // unreachable reports whether err says a store could not be reached or

@@ -15,7 +15,10 @@ import (
 // two (one commit on PostgreSQL, not two), and a mark moves only on an
 // access that happens — not on a call the handler refuses for a bad
 // message or an unknown resource, which would otherwise leave a mark (and
-// state) behind. The handler answers the store's refusals with [Error].
+// state) behind. The handler answers the store's refusals with [Error],
+// which also reports them to [Options.Observe] and [Options.Log]: with
+// ClaimInStore a call is observed once the store has decided, not when
+// the interceptor lets it through.
 //
 // It is only as strong as the store: every access the handler makes must
 // go through the store's fenced operations with the context's token. With

@@ -9,7 +9,10 @@
 // # Column mode: Table
 //
 // The guarded table has a token column, fence_token bigint not null
-// default 0 ([Table.AddTokenColumn] adds it). [Table.Read], [Table.Update],
+// default 0 ([Table.AddTokenColumn] adds it; [Table.Upsert],
+// [Table.Delete], [Table.HighWater] and [Table.Reset] also use the
+// high-water table for deleted rows' marks, which [Migrate] creates, so
+// run both). [Table.Read], [Table.Update],
 // [Table.Upsert] and [Table.Delete] check and advance the row's mark in the
 // statement that makes the access. A change one UPDATE can make is one
 // fenced statement, conditions included:
