@@ -291,11 +291,12 @@ func (s *httpStore) do(ctx context.Context, method, item string, in *itemBody, o
 		resp *http.Response
 		err  error
 	)
-	// A request the service's socket reset before answering is sent again,
-	// up to twice: a client's kept-alive connection can be cut under it
-	// (the transport retries only GET and HEAD by itself), and the run must
-	// learn what the service answers to the write. Sending it again cannot
-	// hide a violation: every write the service admits is in its log.
+	// A request the service's socket reset or closed before answering is
+	// sent again, up to twice: a client's kept-alive connection can be cut
+	// or closed under it (the transport retries only GET and HEAD by
+	// itself), and the run must learn what the service answers to the
+	// write. Sending it again cannot hide a violation: every write the
+	// service admits is in its log.
 	for attempt := 0; ; attempt++ {
 		if body != nil {
 			body.Seek(0, io.SeekStart)
@@ -305,7 +306,7 @@ func (s *httpStore) do(ctx context.Context, method, item string, in *itemBody, o
 			return err
 		}
 		resp, err = s.http.Do(req)
-		if err == nil || attempt == 2 || ctx.Err() != nil || !errors.Is(err, syscall.ECONNRESET) {
+		if err == nil || attempt == 2 || ctx.Err() != nil || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
 			break
 		}
 	}
