@@ -85,9 +85,12 @@ var ErrKeyMismatch = errors.New("grpcmw: the server accessed another resource th
 //     [ReasonCondition]: [token.ErrCondition]; [ReasonKeyMismatch]:
 //     [ErrKeyMismatch]; [ReasonUnavailable]: [ErrUnavailable].
 //
-// A stale or forged verdict counts only for a call that carried a token
-// and whose metadata does not contradict it (the token presented, a mark
-// above it, a bound below it). Every other error is returned untouched.
+// A reason counts only under the status code the server sends it with
+// (ABORTED for a stale token, and so on), and a stale or forged verdict
+// only for a call that carried a token and whose metadata does not
+// contradict it (the token presented, a mark above it, a bound below it).
+// Every other error is returned untouched. A call refused as missing while
+// the context holds the token of another key says so in its message.
 //
 // The zero Client sends no token (it refuses calls that carry one) and is
 // safe for concurrent use, as is any Client whose Key is.
@@ -179,7 +182,7 @@ func (c *Client) outgoing(ctx context.Context, method string, req any) (context.
 	}
 	t, held := token.Lookup(ctx, key)
 	if !held {
-		return ctx, 0, "", nil
+		return ctx, 0, key, nil // sent nothing; key names the call in a refusal
 	}
 	return metadata.AppendToOutgoingContext(ctx, MetadataKey, t.String()), t, key, nil
 }
@@ -211,7 +214,38 @@ func refused(ctx context.Context, err error, sent token.Token, key string) error
 	if sent == 0 {
 		sent, _ = ownToken(ctx)
 	}
-	return fromStatus(err, sent, key)
+	err = fromStatus(err, sent, key)
+	var r *Refusal
+	if errors.As(err, &r) && r.Reason == ReasonMissing && sent == 0 && key != "" {
+		if held, _, ok := token.FromContext(ctx); ok && held != key {
+			r.note = fmt.Sprintf("the call is for %q and the context holds no token for it, only for %q", key, held)
+			r.Err = fmt.Errorf("%w: %s", token.ErrMissing, r.note)
+		}
+	}
+	return err
+}
+
+// codeFits reports whether code is the one the server's [Interceptor] and
+// [Error] send with reason: a status whose code contradicts its reason is
+// not believed.
+func codeFits(reason string, code codes.Code) bool {
+	switch reason {
+	case ReasonStale:
+		return code == codes.Aborted
+	case ReasonForged:
+		return code == codes.PermissionDenied
+	case ReasonMissing, ReasonCondition:
+		return code == codes.FailedPrecondition
+	case ReasonInvalid:
+		return code == codes.InvalidArgument
+	case ReasonNoResource:
+		return code == codes.InvalidArgument || code == codes.NotFound
+	case ReasonKeyMismatch:
+		return code == codes.Internal
+	case ReasonUnavailable:
+		return code == codes.Unavailable
+	}
+	return false
 }
 
 // Refusal is the error a [Client] returns for an answer of the fencing
@@ -229,7 +263,8 @@ type Refusal struct {
 	// Err is the typed error: a [*token.StaleError], [token.ErrMissing], …
 	Err error
 
-	st *status.Status
+	st   *status.Status
+	note string // what the client knows of the refusal beyond the server's message
 }
 
 // Error returns the code and the server's message; control and
@@ -239,7 +274,11 @@ func (r *Refusal) Error() string {
 	if r == nil {
 		return "grpcmw: <nil> *Refusal"
 	}
-	return "grpcmw: " + r.Code.String() + ": " + printable(r.Message)
+	msg := "grpcmw: " + r.Code.String() + ": " + printable(r.Message)
+	if r.note != "" {
+		msg += " (" + printable(r.note) + ")"
+	}
+	return msg
 }
 
 // Unwrap returns Err.
@@ -267,7 +306,7 @@ func fromStatus(err error, sent token.Token, key string) error {
 			break
 		}
 	}
-	if info == nil {
+	if info == nil || !codeFits(info.GetReason(), st.Code()) {
 		return err
 	}
 	md := info.GetMetadata()

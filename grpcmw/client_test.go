@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ func TestClientSendsTokenOnlyToItsKey(t *testing.T) {
 	_, err := call(ctx, conn, methodTake, "2")
 	if !errors.Is(err, token.ErrMissing) || status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Take(2) under sku:1 = %v, want ErrMissing", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `"sku:2"`) || !strings.Contains(msg, `"sku:1"`) {
+		t.Errorf("Take(2) under sku:1: %q does not say the context's token is for another key", msg)
 	}
 	if fence.HighWater("sku:2") != 0 {
 		t.Fatal("a token of sku:1 claimed sku:2")
@@ -220,6 +224,12 @@ func TestClientDistrustsContradictingVerdicts(t *testing.T) {
 		if status.Code(err) != codes.Aborted {
 			t.Errorf("%s: %v", tc.name, err)
 		}
+	}
+	// A reason under a code the server never sends it with is no verdict.
+	internal, _ := status.New(codes.Internal, "made up").WithDetails(&errdetails.ErrorInfo{Reason: grpcmw.ReasonStale, Domain: grpcmw.Domain, Metadata: map[string]string{"current": "9"}})
+	s.stock.hook = func(context.Context) error { return internal.Err() }
+	if _, err := call(token.NewContext(ctx, "sku:1", 7), conn, methodTake, "1"); errors.Is(err, token.ErrStale) || status.Code(err) != codes.Internal {
+		t.Errorf("STALE_TOKEN under INTERNAL: %v, want the status as it is", err)
 	}
 	s.stock.hook = func(context.Context) error { return verdict(grpcmw.ReasonStale, map[string]string{"current": "9"}) }
 	if _, err := call(ctx, conn, methodRead, "1"); errors.Is(err, token.ErrStale) {
