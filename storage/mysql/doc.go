@@ -134,6 +134,9 @@
 //     lock (1205) and was rolled back; not a refusal either.
 //   - [ErrHoldExpired]: a fenced transaction's lease ended, or it sat
 //     idle past its hold bound; nothing of it committed.
+//   - [ErrCommitUnknown]: the connection broke while a fenced
+//     transaction's COMMIT was on its way; it may or may not have
+//     committed.
 //
 // Any other error means the claim could not be made: treat it as a
 // refusal, never as acceptance.

@@ -23,6 +23,10 @@ var (
 	// resource. The transaction was rolled back; nothing of it was
 	// written. Like [ErrDeadlock] it is not a refusal of the token.
 	ErrLockTimeout = errors.New("mysql: lock wait timeout, transaction rolled back")
+	// ErrCommitUnknown: the connection was lost while the COMMIT of a
+	// fenced transaction was on its way, so whether it committed is not
+	// known. Read the data back before retrying.
+	ErrCommitUnknown = errors.New("mysql: commit outcome unknown")
 	// ErrHoldExpired: the fenced transaction's hold bound struck (its
 	// lease ended, or it sat idle for longer than the bound) and it was
 	// rolled back; nothing of it committed.
@@ -100,8 +104,8 @@ func TxAll(ctx context.Context, db *sql.DB, claims map[string]token.Token, fn fu
 //     itself, since fn may have acted outside the database.
 //   - ctx is cancelled: the statement in flight fails and the transaction
 //     is rolled back rather than committed. A connection broken while the
-//     COMMIT is on its way leaves the outcome open; the error then says
-//     so.
+//     COMMIT is on its way leaves the outcome open: the error then wraps
+//     [ErrCommitUnknown].
 //
 // An empty resource and a zero t are taken from ctx ([token.FromContext],
 // [token.Lookup]); the context's token is used only for its own resource
@@ -380,7 +384,7 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 			if idle > 0 && time.Since(start) >= time.Duration(idle)*time.Second {
 				return fmt.Errorf("mysql: commit fenced transaction on %s: %w: %w", name, ErrHoldExpired, err)
 			}
-			return fmt.Errorf("mysql: commit fenced transaction on %s: connection lost, outcome unknown: %w", name, err)
+			return fmt.Errorf("mysql: commit fenced transaction on %s: %w: %w", name, ErrCommitUnknown, err)
 		}
 		return k.txErr("commit fenced transaction on "+name+":", err)
 	}
