@@ -179,3 +179,67 @@ func TestTableTombstoneKeyTypes(t *testing.T) {
 		})
 	}
 }
+
+// onlyStatements is a DB that can run statements but not begin a
+// transaction.
+type onlyStatements struct{ mysql.DB }
+
+// Delete and Upsert's insert path need a transaction: a DB that cannot
+// begin one (and is not a *sql.Tx) is refused, and nothing is written;
+// a *sql.Conn can.
+func TestTableDeleteNeedsTransaction(t *testing.T) {
+	db, items := newMigratedItems(t)
+	ctx := ctxFor(t, time.Minute)
+	if err := items.Delete(ctx, onlyStatements{db}, 1, 5); !errors.Is(err, mysql.ErrBadInput) {
+		t.Fatalf("Delete on a DB without BeginTx = %v, want ErrBadInput", err)
+	}
+	if err := items.Upsert(ctx, onlyStatements{db}, 2, 5, mysql.Set("stock", 1)); !errors.Is(err, mysql.ErrBadInput) {
+		t.Fatalf("Upsert inserting on a DB without BeginTx = %v, want ErrBadInput", err)
+	}
+	// Updating an existing row needs none.
+	if err := items.Upsert(ctx, onlyStatements{db}, 1, 5, mysql.Set("stock", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := rowOf(t, db, 2); ok {
+		t.Fatal("a refused Upsert inserted row 2")
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := items.Delete(ctx, conn, 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if hw, err := items.HighWater(ctx, conn, 1); err != nil || hw != 5 {
+		t.Fatalf("HighWater %d, %v; want 5", hw, err)
+	}
+}
+
+// HighWater is the row's mark, its tombstone's when the row is gone, and
+// the row's alone when the key column cannot have tombstones.
+func TestTableHighWater(t *testing.T) {
+	db, items := newMigratedItems(t)
+	ctx := ctxFor(t, time.Minute)
+	if hw, err := items.HighWater(ctx, db, 1); err != nil || hw != 0 {
+		t.Fatalf("a row never claimed: %d, %v; want 0", hw, err)
+	}
+	if _, err := items.HighWater(ctx, nil, 1); !errors.Is(err, mysql.ErrBadInput) {
+		t.Fatalf("nil DB: %v, want ErrBadInput", err)
+	}
+	if _, err := items.HighWater(ctx, db, nil); !errors.Is(err, mysql.ErrBadInput) {
+		t.Fatalf("nil key: %v, want ErrBadInput", err)
+	}
+	exec(t, db, `CREATE TABLE names (name VARCHAR(20) PRIMARY KEY, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)`,
+		`INSERT INTO names (name, fence_token) VALUES ('alice', 9)`)
+	names, err := mysql.NewTable(mysql.TableOptions{Name: []string{"names"}, Key: "name", Check: token.NoCheck()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hw, err := names.HighWater(ctx, db, "ALICE"); err != nil || hw != 9 {
+		t.Fatalf("a case-insensitive key: %d, %v; want the row's 9", hw, err)
+	}
+	if _, err := names.HighWater(ctx, db, "bob"); !errors.Is(err, mysql.ErrNoRow) {
+		t.Fatalf("a missing row without tombstones: %v, want ErrNoRow", err)
+	}
+}
