@@ -344,6 +344,7 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	}
 
 	start := time.Now()
+	idleFrom := start // idle time can have run from here at the earliest
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("mysql: fenced transaction on %s: begin: %w", name, err)
@@ -368,9 +369,12 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 		if left <= 0 {
 			return fmt.Errorf("mysql: commit fenced transaction on %s: %w", name, ErrHoldExpired)
 		}
-		if _, err := tx.ExecContext(ctx, `SET SESSION wait_timeout = LEAST(@@SESSION.wait_timeout, ?)`, floorSecs(left)); err != nil {
+		secs := floorSecs(left)
+		if _, err := tx.ExecContext(ctx, `SET SESSION wait_timeout = LEAST(@@SESSION.wait_timeout, ?)`, secs); err != nil {
 			return k.txErr("commit fenced transaction on "+name+":", err)
 		}
+		// The session is idle from here until the COMMIT arrives.
+		idleFrom, idle = time.Now(), min(idle, secs)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mysql: fenced transaction on %s: %w", name, err)
@@ -381,7 +385,9 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	ended = true
 	if err := tx.Commit(); err != nil {
 		if isConnLost(err) {
-			if idle > 0 && time.Since(start) >= time.Duration(idle)*time.Second {
+			// Sent after the bound ran out, the COMMIT found the session
+			// closed: nothing committed. Sooner, it may have.
+			if idle > 0 && time.Since(idleFrom) >= time.Duration(idle)*time.Second {
 				return fmt.Errorf("mysql: commit fenced transaction on %s: %w: %w", name, ErrHoldExpired, err)
 			}
 			return fmt.Errorf("mysql: commit fenced transaction on %s: %w: %w", name, ErrCommitUnknown, err)

@@ -102,3 +102,35 @@ func TestTxRestoresSession(t *testing.T) {
 		t.Fatalf("after Tx the session has wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", wt, lw, gwt, glw)
 	}
 }
+
+// A holder frozen between the lease check and its COMMIT does not commit
+// past its lease: the idle bound is set again, to the lease's time left,
+// right before the COMMIT, and the server closes the session when it runs
+// out.
+func TestTxFrozenBeforeCommit(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, time.Minute)
+	end := time.Now().Add(6 * time.Second)
+	lctx := token.WithExpiry(token.NewContext(ctx, "sku:1", 3), func() time.Time { return end })
+	// Frozen until past the lease's end, but for less than the bound set
+	// with the claim (5 s).
+	mysql.SetBeforeCommit(func() { time.Sleep(time.Until(end) + 500*time.Millisecond) })
+	defer mysql.SetBeforeCommit(nil)
+	err := marks.Tx(lctx, db, "", 0, func(tx *sql.Tx) error {
+		// Busy, not idle, for 2.4 s: the bound set with the claim does
+		// not strike.
+		for range 12 {
+			if _, err := tx.ExecContext(ctx, `UPDATE items SET v = v + 1 WHERE id = 1`); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	})
+	if !errors.Is(err, mysql.ErrHoldExpired) {
+		t.Fatalf("Tx frozen before COMMIT = %v, want ErrHoldExpired", err)
+	}
+	if v, m := itemV(t, db, 1), mark(t, db, marks, "sku:1"); v != 0 || m != 0 {
+		t.Fatalf("v = %d, mark %d; want nothing committed", v, m)
+	}
+}
