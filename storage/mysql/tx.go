@@ -149,15 +149,14 @@ func TxAll(ctx context.Context, db *sql.DB, claims map[string]token.Token, fn fu
 // holder frozen between that check and its COMMIT has its session closed
 // by the server.
 //
-// The limit, stated plainly: both settings are whole seconds. The bound
-// is the time left rounded down, but at least one second, so a holder
-// frozen right before its COMMIT with less than a second of lease left
-// can still commit up to a second after its lease ended (plus the
-// COMMIT's one-way delay to the server). Leases of several seconds with
-// guard's renewal margin cover that; a lease shorter than a second is not
-// bounded by the server at all. wait_timeout counts idle time only: a
-// holder frozen while a large result is still streaming to it is not
-// idle. With a negative HoldTimeout and no lease, nothing is set.
+// The limit, stated plainly: both settings are whole seconds, the time
+// left rounded down but at least one second. A holder that passes the
+// check before COMMIT with less than a second of lease left and then
+// freezes can still commit up to that second after its lease ended (plus
+// the COMMIT's one-way delay to the server). wait_timeout counts idle
+// time only: a holder frozen while a large result is still streaming to
+// it is not idle. A negative HoldTimeout turns the hold bound off, lease
+// included; the lock wait still follows ctx's deadline.
 //
 // Tx needs a *sql.DB, to hold one connection for its session settings.
 // Inside a transaction of your own, claim with [Fence] on the *sql.Tx
