@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"math/rand/v2"
@@ -100,4 +101,32 @@ func TestTxAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TxAll's claims waiting for a holder of one of its resources past the
+// context's time are ErrLockTimeout, not stale, and move no mark.
+func TestTxAllLockWaitTimeout(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, time.Minute)
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- marks.Tx(ctx, db, "b", 1, func(*sql.Tx) error { close(holding); <-release; return nil })
+	}()
+	<-holding
+	wctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	err := marks.TxAll(wctx, db, map[string]token.Token{"a": 2, "b": 2, "c": 2}, func(*sql.Tx) error { return nil })
+	close(release)
+	if !errors.Is(err, mysql.ErrLockTimeout) || errors.Is(err, token.ErrStale) {
+		t.Fatalf("TxAll waiting for b = %v, want ErrLockTimeout", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for r, want := range map[string]token.Token{"a": 0, "b": 1, "c": 0} {
+		if m := mark(t, db, marks, r); m != want {
+			t.Fatalf("mark of %s = %d, want %d", r, m, want)
+		}
+	}
 }
