@@ -328,10 +328,12 @@ func TestRunWithLockDelayStartsTheNextHolderOnlyAfterTheJobIsGone(t *testing.T) 
 func TestRunInterruptedWhileWaitingLeavesNothingBehind(t *testing.T) {
 	eachLockService(t, func(t *testing.T, ls lockURL) {
 		dir := t.TempDir()
-		a := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--", "sh", "-c", `touch "$0/started"; sleep 1.5`, dir)...)
+		a := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--", "sh", "-c", `touch "$0/started"; sleep 4`, dir)...)
 		waitForFile(t, filepath.Join(dir, "started"))
 		b := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--wait", "50s", "--", "touch", filepath.Join(dir, "b-ran"))...)
-		time.Sleep(500 * time.Millisecond)
+		// Time for b to start, connect and queue: a signal that comes
+		// before run handles signals ends it silently.
+		time.Sleep(2 * time.Second)
 		b.signal(syscall.SIGTERM)
 		res := b.wait()
 		if res.code != 128+int(syscall.SIGTERM) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -29,6 +30,13 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		// run handles the signals that would end it from its first
+		// moment: one that comes while it starts ends its wait for the
+		// lock like one that comes later, with its line on stderr.
+		earlySignals = make(chan os.Signal, 8)
+		signal.Notify(earlySignals, forwarded...)
+	}
 	os.Exit(mainCode(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

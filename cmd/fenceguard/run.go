@@ -71,6 +71,10 @@ func (o *runOptions) check(argv []string) error {
 // forwarded are the signals run passes on to CMD's process group.
 var forwarded = []os.Signal{sigHUP, os.Interrupt, sigQUIT, sigTERM, sigUSR1, sigUSR2}
 
+// earlySignals, when main set it up for run, has received the forwarded
+// signals since the program started.
+var earlySignals chan os.Signal
+
 // runCmd acquires the lock, runs argv under it and returns how the program
 // must end.
 func runCmd(ctx context.Context, o runOptions, argv []string) error {
@@ -89,8 +93,11 @@ func runCmd(ctx context.Context, o runOptions, argv []string) error {
 
 	// From here on the signals are ours to handle: one that arrives while
 	// the lock is being taken ends the wait; once CMD runs, it is passed on.
-	sigc := make(chan os.Signal, 8)
-	signal.Notify(sigc, forwarded...)
+	sigc := earlySignals
+	if sigc == nil {
+		sigc = make(chan os.Signal, 8)
+		signal.Notify(sigc, forwarded...)
+	}
 	defer signal.Stop(sigc)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
