@@ -35,11 +35,7 @@ func (tb *Table) Delete(ctx context.Context, db DB, key any, t token.Token) erro
 	if err != nil {
 		return err
 	}
-	kind, err := tb.verify(ctx, db)
-	if err != nil {
-		return err
-	}
-	tomb, err := tb.tombstone(kind, key)
+	tomb, err := tb.verifiedTombstone(ctx, db, key)
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,16 @@ func (tb *Table) tableName() string {
 	return tb.name
 }
 
+// verifiedTombstone verifies the table's key column, then names key's
+// tombstone.
+func (tb *Table) verifiedTombstone(ctx context.Context, db DB, key any) (string, error) {
+	kind, err := tb.verify(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	return tb.tombstone(kind, key)
+}
+
 // tombstone returns the resource name of key's tombstone in the
 // high-water table: "<table name>/<key's text>". kind is the key column's
 // (from verify); a Go value whose text would not be the column's — a

@@ -60,6 +60,15 @@ type txClaim struct {
 // bytes (the order of the high-water table's VARBINARY key), each once.
 type txClaims []txClaim
 
+// in returns "IN (?, …)" over c's resources, and its arguments.
+func (c txClaims) in() (string, []any) {
+	args := make([]any, len(c))
+	for i, x := range c {
+		args[i] = x.resource
+	}
+	return `IN (?` + strings.Repeat(", ?", len(c)-1) + `)`, args
+}
+
 func (c txClaims) name() string {
 	rs := make([]string, len(c))
 	for i, x := range c {
@@ -428,12 +437,8 @@ func (k *Tokens) claimTx(ctx context.Context, tx *sql.Tx, c txClaims) error {
 	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return k.txErr("claim "+c.name()+" in", err)
 	}
-	q := `SELECT resource, token FROM ` + k.table + ` WHERE resource IN (?` + strings.Repeat(", ?", len(c)-1) + `) FOR UPDATE`
-	rargs := make([]any, len(c))
-	for i, x := range c {
-		rargs[i] = x.resource
-	}
-	rows, err := tx.QueryContext(ctx, q, rargs...)
+	in, rargs := c.in()
+	rows, err := tx.QueryContext(ctx, `SELECT resource, token FROM `+k.table+` WHERE resource `+in+` FOR UPDATE`, rargs...)
 	if err != nil {
 		return k.txErr("claim "+c.name()+" in", err)
 	}
@@ -472,12 +477,8 @@ func (k *Tokens) claimTx(ctx context.Context, tx *sql.Tx, c txClaims) error {
 // plain read, which waits for no lock; an INSERT IGNORE of a key a holder
 // created meanwhile waits for that holder, holding nothing itself.
 func (k *Tokens) ensureRows(ctx context.Context, conn *sql.Conn, c txClaims) error {
-	q := `SELECT resource FROM ` + k.table + ` WHERE resource IN (?` + strings.Repeat(", ?", len(c)-1) + `)`
-	args := make([]any, len(c))
-	for i, x := range c {
-		args[i] = x.resource
-	}
-	rows, err := conn.QueryContext(ctx, q, args...)
+	in, args := c.in()
+	rows, err := conn.QueryContext(ctx, `SELECT resource FROM `+k.table+` WHERE resource `+in, args...)
 	if err != nil {
 		return k.txErr("claim "+c.name()+" in", err)
 	}

@@ -76,11 +76,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if !errors.Is(err, ErrNoRow) {
 		return err
 	}
-	kind, err := tb.verify(ctx, db)
-	if err != nil {
-		return err
-	}
-	tomb, err := tb.tombstone(kind, key)
+	tomb, err := tb.verifiedTombstone(ctx, db, key)
 	if err != nil {
 		return err
 	}
