@@ -25,7 +25,9 @@ type DB interface {
 var (
 	// ErrBadInput: an argument no call could succeed with (a nil DB, a
 	// resource key longer than the high-water table holds, an unusable
-	// table name). Nothing was sent to the server.
+	// table name). Nothing was sent to the server, or what was sent was
+	// rolled back (a key its column cannot hold, found by
+	// [Table.Upsert]'s insert).
 	ErrBadInput = errors.New("mysql: bad input")
 	// ErrSchema is what every [*SchemaError] unwraps to.
 	ErrSchema = errors.New("mysql: schema not set up for fencing")

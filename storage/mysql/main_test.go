@@ -45,6 +45,11 @@ func newDB(t testing.TB, params ...string) *sql.DB {
 			cfg.ClientFoundRows = params[i+1] == "true"
 		case "interpolateParams":
 			cfg.InterpolateParams = params[i+1] == "true"
+		case "sql_mode": // the session's sql_mode, e.g. "" for no strict mode
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params["sql_mode"] = "'" + params[i+1] + "'"
 		case "isolation": // the session's isolation level, e.g. READ-COMMITTED
 			if cfg.Params == nil {
 				cfg.Params = map[string]string{}

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,6 +46,13 @@ const maxAttempts = 8
 // refusal rolls back to, and a deadlock comes back as an error wrapping
 // [ErrDeadlock]: InnoDB rolled the whole transaction back. Either way a
 // refused Upsert leaves nothing behind, neither row nor tombstone.
+//
+// A key its column cannot hold, which a server outside strict sql_mode
+// stores altered with a warning (300 in a TINYINT as 127, a string cut
+// to the column's length), is refused with [ErrBadInput]: the insert
+// reads the row back by the key as given, and rolls back when it finds
+// none, so the row is never created under a key its tombstone does not
+// name.
 func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set ...Clause) error {
 	resource, t, err := tb.admit(ctx, db, "upsert", key, t)
 	if err != nil {
@@ -86,6 +94,7 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	}
 	ins += `) VALUES (?, ?` + strings.Repeat(`, ?`, len(cols)) + `)`
 	insArgs := append([]any{key, uint64(t)}, vals...)
+	back := `SELECT 1 FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = ?`
 	return inTx(ctx, db, "upsert", func(tx DB) error {
 		for range maxAttempts {
 			// The tombstone first: its lock serializes the insert paths
@@ -108,6 +117,19 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 			_, err = tx.ExecContext(ctx, ins, insArgs...)
 			if serverErr(err) == erDupEntry {
 				continue // inserted meanwhile: update it under the check
+			}
+			if err != nil {
+				return tb.wrapErr("upsert", resource, err)
+			}
+			// Outside strict sql_mode the server stores a key its column
+			// cannot hold altered, with a warning (300 in a TINYINT is
+			// 127, a long string is cut short): a row the tombstone just
+			// claimed does not name. Read it back by the key as given;
+			// an error rolls the insert and the claim back.
+			var one int
+			err = tx.QueryRowContext(ctx, back, key).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w: key %v does not fit the key column of %s: the server stored it altered (sql_mode without strict mode)", ErrBadInput, key, tb.name)
 			}
 			if err != nil {
 				return tb.wrapErr("upsert", resource, err)

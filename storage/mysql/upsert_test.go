@@ -210,3 +210,45 @@ func TestTableConcurrentUpsertDelete(t *testing.T) {
 		})
 	}
 }
+
+// Outside strict mode the server stores a key its column cannot hold
+// altered (cut short, clipped) with a warning. Upsert's insert path must
+// not create the row under that other key, named by a tombstone of the
+// key as given: a row deleted at 10 would come back at 6.
+func TestTableUpsertKeyTheColumnCannotHold(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t, "sql_mode", "")
+	if err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db,
+		"CREATE TABLE tiny (id TINYINT PRIMARY KEY, note TEXT, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)",
+		"CREATE TABLE short (id VARBINARY(8) PRIMARY KEY, note TEXT, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)")
+	for _, c := range []struct {
+		table       string
+		stored, bad any // bad is stored as stored
+	}{
+		{"tiny", 127, 300},
+		{"tiny", -128, -300},
+		{"short", "abcdefgh", "abcdefghX"},
+	} {
+		tb, err := mysql.NewTable(mysql.TableOptions{Name: []string{c.table}, Key: "id"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, db, "INSERT INTO "+c.table+" (id, fence_token) VALUES ('"+fmt.Sprint(c.stored)+"', 5)")
+		if err := tb.Delete(ctx, db, c.stored, 10); err != nil {
+			t.Fatalf("%s: delete %v: %v", c.table, c.stored, err)
+		}
+		if err := tb.Upsert(ctx, db, c.bad, 6, mysql.Set("note", "stale")); !errors.Is(err, mysql.ErrBadInput) {
+			t.Errorf("%s: upsert %v at 6, stored as %v deleted at 10: %v, want ErrBadInput", c.table, c.bad, c.stored, err)
+		}
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM " + c.table).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s: %d rows after the refused upsert of %v (%v), want 0", c.table, n, c.bad, err)
+		}
+		if err := db.QueryRow("SELECT COUNT(*) FROM fence_tokens WHERE resource = ?", c.table+"/"+fmt.Sprint(c.bad)).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s: the refused upsert of %v left a tombstone (%v)", c.table, c.bad, err)
+		}
+	}
+}
