@@ -42,8 +42,9 @@ var (
 )
 
 // SchemaError reports that the database lacks what a fenced statement
-// needs: the high-water table ([Migrate]), or the database it is in. The
-// statement failed as a whole, so nothing was written. It unwraps to
+// needs: the high-water table ([Migrate]), the database it is in, a token
+// column, or one of the type BIGINT UNSIGNED. The statement failed as a
+// whole, or was not sent, so nothing was written. It unwraps to
 // [ErrSchema] and to its cause, usually the server's
 // [*gomysql.MySQLError].
 type SchemaError struct {

@@ -125,8 +125,9 @@
 //     ([ErrCondition], [token.ErrCondition]): a [Where] condition not true.
 //   - [ErrBadInput]: an argument no call could succeed with; nothing is
 //     sent.
-//   - [ErrSchema]: the high-water table or the token column is missing; a
-//     [*SchemaError] saying what sets it up.
+//   - [ErrSchema]: the high-water table or the token column is missing,
+//     or the token column is not BIGINT UNSIGNED; a [*SchemaError] saying
+//     what sets it up.
 //   - [ErrDeadlock]: InnoDB rolled the claim's transaction back as a
 //     deadlock victim; nothing was written, and it is not a refusal:
 //     retry the transaction.

@@ -43,6 +43,9 @@ func (tb *Table) updateReturning(ctx context.Context, db DB, key any, t token.To
 	if err != nil {
 		return err
 	}
+	if err := tb.checkColumns(ctx, db, key); err != nil {
+		return err
+	}
 	st, err := tb.updateSQL(set)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 
@@ -18,11 +19,16 @@ type TableOptions struct {
 	Name []string
 
 	// Key is the column that identifies a row. Required; it must be
-	// unique (a primary key or a unique index).
+	// unique (a primary key or a unique index). A string column (CHAR,
+	// VARCHAR, BINARY, VARBINARY, TEXT, BLOB, ENUM, SET) takes keys
+	// that are a string or []byte, and refuses others with [ErrBadInput]:
+	// the server would compare its text with a number as a number.
 	Key string
 
 	// Token is the column holding the row's high-water mark, BIGINT
-	// UNSIGNED NOT NULL DEFAULT 0. Default "fence_token".
+	// UNSIGNED NOT NULL DEFAULT 0. Default "fence_token". A column of
+	// another type cannot hold every token: the first Update, Read or
+	// Upsert finds it and refuses with a [*SchemaError].
 	Token string
 
 	// Tokens is the high-water table that keeps the marks of deleted rows
@@ -57,9 +63,15 @@ type Table struct {
 	check  token.Check
 	tokens *Tokens
 	rawKey string // as configured: the key column, for Verify
+	rawTok string // as configured: the token column, for checkColumns
 	schema string // the database part of Name, "" for the connection's
 
 	currentSQL string // key → the row's token
+
+	// keyClass is what checkColumns found: 0 until it passed, then
+	// keyString for a string key column, keyOther for any other.
+	// Refusals are not remembered: the column may be altered.
+	keyClass atomic.Int32
 
 	// keyKind is the key column's kind once Verify found it fit for
 	// tombstones (keyInteger or keyBytes); 0 until then. Refusals are not
@@ -93,7 +105,7 @@ func NewTable(o TableOptions) (*Table, error) {
 		o.Tokens = defaultTokens
 	}
 	tb := &Table{name: strings.Join(o.Name, "."), tbl: tbl, key: key, tok: tok, check: o.Check,
-		tokens: o.Tokens, rawKey: o.Key}
+		tokens: o.Tokens, rawKey: o.Key, rawTok: o.Token}
 	if len(o.Name) == 2 {
 		tb.schema = o.Name[0]
 	}
@@ -269,6 +281,9 @@ func (tb *Table) update(ctx context.Context, db DB, op string, key any, t token.
 	if err != nil {
 		return err
 	}
+	if err := tb.checkColumns(ctx, db, key); err != nil {
+		return err
+	}
 	st, err := tb.updateSQL(set)
 	if err != nil {
 		return err
@@ -301,6 +316,82 @@ func (tb *Table) admit(ctx context.Context, db DB, op string, key any, t token.T
 		return "", 0, fmt.Errorf("mysql: %w", err)
 	}
 	return resource, t, nil
+}
+
+// Classes of key column for checkColumns.
+const (
+	keyOther  = 1
+	keyString = 2
+)
+
+// checkColumns checks, once per Table, that the token column is BIGINT
+// UNSIGNED, and then that key is of the key column's kind.
+//
+// A token column of another type cannot hold every token, and outside
+// strict sql_mode the server stores a token beyond its range clipped
+// (2^63+1000 in a signed BIGINT as 2^63−1): a lower token would then pass
+// the clipped mark. So such a column is a [*SchemaError], before anything
+// is written.
+//
+// A string key column compared with a number is compared as a number,
+// so "42", " 42" and "042" all match the key 42, and one Update would
+// write each of them, reporting the outcome of one. So a string key
+// column takes a string or []byte key ([ErrBadInput] otherwise).
+//
+// When the columns are not found (no such table, a temporary table), it
+// checks nothing: the statement itself then reports what is missing.
+func (tb *Table) checkColumns(ctx context.Context, db DB, key any) error {
+	class := tb.keyClass.Load()
+	if class == 0 {
+		var err error
+		if class, err = tb.readColumns(ctx, db); err != nil || class == 0 {
+			return err
+		}
+	}
+	if class != keyString {
+		return nil
+	}
+	v, err := plainKey(key)
+	if err != nil {
+		return err
+	}
+	switch rv := reflect.ValueOf(v); {
+	case rv.Kind() == reflect.String:
+	case rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8:
+	default:
+		return fmt.Errorf("%w: key %v of Go type %T for the string key column of %s: pass a string or []byte (a number is compared with the column's text as a number, matching several rows)", ErrBadInput, key, key, tb.name)
+	}
+	return nil
+}
+
+// readColumns reads the key and token columns' types for checkColumns;
+// 0 with no error when either is not found.
+func (tb *Table) readColumns(ctx context.Context, db DB) (int32, error) {
+	var keyType, tokType, tokColumn sql.NullString
+	err := db.QueryRowContext(ctx, `SELECT MAX(IF(COLUMN_NAME = ?, DATA_TYPE, NULL)),
+ MAX(IF(COLUMN_NAME = ?, DATA_TYPE, NULL)), MAX(IF(COLUMN_NAME = ?, COLUMN_TYPE, NULL))
+ FROM information_schema.COLUMNS
+ WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
+		tb.rawKey, tb.rawTok, tb.rawTok, tb.schema, tb.tableName()).Scan(&keyType, &tokType, &tokColumn)
+	if err != nil {
+		return 0, tb.wrapErr("check the columns of", tb.name, err)
+	}
+	if !keyType.Valid || !tokType.Valid {
+		return 0, nil
+	}
+	if t := strings.ToLower(tokType.String); t != "bigint" || !strings.Contains(strings.ToLower(tokColumn.String), "unsigned") {
+		return 0, &SchemaError{Object: tb.name,
+			Err: fmt.Errorf("token column %s is %s, which cannot hold every token (a token beyond its range is refused, or stored clipped outside strict sql_mode)", tb.rawTok, tokColumn.String),
+			Fix: "ALTER TABLE " + tb.tbl + " MODIFY " + tb.tok + " BIGINT UNSIGNED NOT NULL DEFAULT 0"}
+	}
+	class := int32(keyOther)
+	switch strings.ToLower(keyType.String) {
+	case "char", "varchar", "binary", "varbinary", "tinytext", "text", "mediumtext", "longtext",
+		"tinyblob", "blob", "mediumblob", "longblob", "enum", "set":
+		class = keyString
+	}
+	tb.keyClass.Store(class)
+	return class, nil
 }
 
 // updateStmt is an Update statement and what its parameters need.

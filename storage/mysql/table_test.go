@@ -266,3 +266,79 @@ func TestTableRead(t *testing.T) {
 		t.Fatalf("after a rolled-back Read: mark %d, want 5", m)
 	}
 }
+
+// A token column that cannot hold every token is refused as a schema
+// error before anything is written: outside strict sql_mode the server
+// would store a token above its range clipped (2^63+1000 in a signed
+// BIGINT as 2^63-1), and a lower token would pass the clipped mark.
+func TestTableTokenColumnNotBigintUnsigned(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t, "sql_mode", "")
+	if err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	hi, lo := token.Token(1<<63+1000), token.Token(1<<63+1)
+	for _, typ := range []string{"BIGINT", "INT UNSIGNED", "DOUBLE", "DECIMAL(30,0)", "VARCHAR(30)"} {
+		exec(t, db, "DROP TABLE IF EXISTS g",
+			"CREATE TABLE g (id BIGINT PRIMARY KEY, note TEXT, fence_token "+typ+" NOT NULL DEFAULT 0)",
+			"INSERT INTO g (id) VALUES (1)")
+		g, err := mysql.NewTable(mysql.TableOptions{Name: []string{"g"}, Key: "id", Check: token.NoCheck()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var note string
+		for _, tok := range []token.Token{hi, lo} {
+			if err := g.Update(ctx, db, 1, tok, mysql.Set("note", "x")); !errors.Is(err, mysql.ErrSchema) {
+				t.Errorf("%s: update at %d: %v, want ErrSchema", typ, tok, err)
+			}
+			if err := g.Read(ctx, db, 1, tok, []string{"id"}, new(int)); !errors.Is(err, mysql.ErrSchema) {
+				t.Errorf("%s: read at %d: %v, want ErrSchema", typ, tok, err)
+			}
+			if err := g.Update(ctx, db, 1, tok, mysql.Set("note", "x"), mysql.Returning("note", &note)); !errors.Is(err, mysql.ErrSchema) {
+				t.Errorf("%s: update returning at %d: %v, want ErrSchema", typ, tok, err)
+			}
+			if err := g.Upsert(ctx, db, 2, tok, mysql.Set("note", "x")); !errors.Is(err, mysql.ErrSchema) {
+				t.Errorf("%s: upsert at %d: %v, want ErrSchema", typ, tok, err)
+			}
+		}
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM g WHERE fence_token <> 0 OR note IS NOT NULL OR id <> 1").Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s: %d rows written by refused calls (%v)", typ, n, err)
+		}
+	}
+}
+
+// A key of another kind than a string key column is refused: the server
+// would compare the column's text as a number, and one Update would
+// write every row that reads as that number ("42", " 42", "042").
+func TestTableNumberKeyForAStringColumn(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t)
+	exec(t, db, "CREATE TABLE s (id VARCHAR(20) PRIMARY KEY, note TEXT, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)",
+		"INSERT INTO s (id, fence_token) VALUES ('42', 5), ('42.0', 10), (' 42', 5), ('042', 5)")
+	s, err := mysql.NewTable(mysql.TableOptions{Name: []string{"s"}, Key: "id", Check: token.NoCheck()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []any{42, int64(42), uint8(42), 42.0, true} {
+		if err := s.Update(ctx, db, key, 7, mysql.Set("note", "x")); !errors.Is(err, mysql.ErrBadInput) {
+			t.Errorf("update of key %#v: %v, want ErrBadInput", key, err)
+		}
+		if err := s.Read(ctx, db, key, 7, []string{"id"}, new(string)); !errors.Is(err, mysql.ErrBadInput) {
+			t.Errorf("read of key %#v: %v, want ErrBadInput", key, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM s WHERE note IS NOT NULL OR fence_token = 7").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows written by refused updates (%v)", n, err)
+	}
+	if err := s.Update(ctx, db, "42", 7, mysql.Set("note", "x")); err != nil {
+		t.Errorf("update of key \"42\": %v", err)
+	}
+	if err := s.Update(ctx, db, []byte("042"), 7, mysql.Set("note", "x")); err != nil {
+		t.Errorf("update of key []byte(\"042\"): %v", err)
+	}
+	if err := db.QueryRow("SELECT COUNT(*) FROM s WHERE note IS NOT NULL").Scan(&n); err != nil || n != 2 {
+		t.Errorf("%d rows written by two updates (%v), want 2", n, err)
+	}
+}

@@ -58,6 +58,9 @@ func (tb *Table) Upsert(ctx context.Context, db DB, key any, t token.Token, set 
 	if err != nil {
 		return err
 	}
+	if err := tb.checkColumns(ctx, db, key); err != nil {
+		return err
+	}
 	var cols []string
 	var vals []any
 	for _, c := range set {
