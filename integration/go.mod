@@ -11,8 +11,10 @@ require (
 	github.com/fenceguard/fenceguard/locks/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/storage/mysql v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/storage/postgres v0.0.0-00010101000000-000000000000
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -29,6 +31,7 @@ require (
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
@@ -105,6 +108,7 @@ replace (
 	github.com/fenceguard/fenceguard/locks/redislock => ../locks/redislock
 	github.com/fenceguard/fenceguard/locks/zklock => ../locks/zklock
 	github.com/fenceguard/fenceguard/metrics/prom => ../metrics/prom
+	github.com/fenceguard/fenceguard/storage/mysql => ../storage/mysql
 	github.com/fenceguard/fenceguard/storage/postgres => ../storage/postgres
 )
 

@@ -82,7 +82,7 @@ func newCell(t *testing.T, spec cellSpec, enforcers []string, out *artifacts, br
 	c.nem = newNemesis(spec, c)
 	t.Cleanup(c.stop)
 	for id := 1; id <= nClients; id++ {
-		cfg := clientConfig{ID: id, Lock: c.svc.direct, TTL: c.ttl, PG: c.res.dsn, HTTP: c.res.base, GRPC: c.res.grpc, Enforcers: enforcers, Broken: broken}
+		cfg := clientConfig{ID: id, Lock: c.svc.direct, TTL: c.ttl, PG: c.res.dsn, MySQL: c.res.myDSN(), HTTP: c.res.base, GRPC: c.res.grpc, Enforcers: enforcers, Broken: broken}
 		if id == victim {
 			cfg.Lock = c.svc.victim
 		}

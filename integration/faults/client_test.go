@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,9 +23,10 @@ type clientConfig struct {
 	ID        int           `json:"id"`
 	Lock      lockConfig    `json:"lock"`
 	TTL       time.Duration `json:"ttl"`
-	PG        string        `json:"pg"`   // the cell's database
-	HTTP      string        `json:"http"` // base URL of the cell's resource service
-	GRPC      string        `json:"grpc"` // address of its gRPC service
+	PG        string        `json:"pg"`    // the cell's database
+	MySQL     string        `json:"mysql"` // the cell's MySQL database, with mysql-column or mysql-tx
+	HTTP      string        `json:"http"`  // base URL of the cell's resource service
+	GRPC      string        `json:"grpc"`  // address of its gRPC service
 	Enforcers []string      `json:"enforcers"`
 	// Broken names an enforcer whose fenced copy this client reads without
 	// a token (write-only fencing), to show the suite catches it.
@@ -125,7 +127,15 @@ func newClient(ctx context.Context, cfg clientConfig, shared locks.Locker, emit 
 		return nil, err
 	}
 	c.closers = append(c.closers, c.pool.Close)
-	stores, closeStores, err := openCopies(cfg, c.pool)
+	var mdb *sql.DB
+	if cfg.MySQL != "" {
+		if mdb, err = openMy(cfg.MySQL); err != nil {
+			c.close()
+			return nil, err
+		}
+		c.closers = append(c.closers, func() { mdb.Close() })
+	}
+	stores, closeStores, err := openCopies(cfg, c.pool, mdb)
 	if err != nil {
 		c.close()
 		return nil, err

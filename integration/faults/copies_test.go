@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/integration/internal/history"
+	"github.com/fenceguard/fenceguard/storage/mysql"
 	"github.com/fenceguard/fenceguard/storage/postgres"
 	"github.com/fenceguard/fenceguard/token"
 )
@@ -27,18 +29,20 @@ import (
 // exercises all of them at once, each on its own copy of every item, and
 // each next to its control: the same copy with fencing off.
 const (
-	pgColumn  = "pg-column"  // storage/postgres column mode: one statement claims and reads, or claims and writes
-	pgTx      = "pg-tx"      // storage/postgres Tx: claim in fence_tokens, then plain SQL, one transaction
-	httpPG    = "http+pg"    // httpmw (PostgreSQL Fence) in front of a handler in column mode: the demo's setup
-	httpMem   = "http+mem"   // httpmw, token.MemoryFence, SerializePerKey, items in the service's memory
-	httpRedis = "http+redis" // the same with redislock.Fence
-	httpEtcd  = "http+etcd"  // the same with etcdlock.Fence
-	httpZK    = "http+zk"    // the same with zklock.Fence
-	grpcPG    = "grpc+pg"    // grpcmw (ClaimInStore) in front of a gRPC handler in column mode
+	pgColumn  = "pg-column"    // storage/postgres column mode: one statement claims and reads, or claims and writes
+	pgTx      = "pg-tx"        // storage/postgres Tx: claim in fence_tokens, then plain SQL, one transaction
+	myColumn  = "mysql-column" // storage/mysql column mode on MariaDB: the claim in the statement that reads or writes
+	myTx      = "mysql-tx"     // storage/mysql Tokens.Tx: claim in the high-water table, then plain SQL, one transaction
+	httpPG    = "http+pg"      // httpmw (PostgreSQL Fence) in front of a handler in column mode: the demo's setup
+	httpMem   = "http+mem"     // httpmw, token.MemoryFence, SerializePerKey, items in the service's memory
+	httpRedis = "http+redis"   // the same with redislock.Fence
+	httpEtcd  = "http+etcd"    // the same with etcdlock.Fence
+	httpZK    = "http+zk"      // the same with zklock.Fence
+	grpcPG    = "grpc+pg"      // grpcmw (ClaimInStore) in front of a gRPC handler in column mode
 )
 
 // allEnforcers in the order of the summary's columns.
-var allEnforcers = []string{pgColumn, pgTx, httpPG, httpMem, httpRedis, httpEtcd, httpZK, grpcPG}
+var allEnforcers = []string{pgColumn, pgTx, myColumn, myTx, httpPG, httpMem, httpRedis, httpEtcd, httpZK, grpcPG}
 
 // offSuffix names an enforcer's control copy.
 const offSuffix = "/off"
@@ -75,7 +79,7 @@ type copyStore interface {
 
 // openCopies returns the copies a client reaches: every enforcer, fenced and
 // off. close releases what they hold.
-func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close func(), err error) {
+func openCopies(cfg clientConfig, pool *pgxpool.Pool, mdb *sql.DB) (stores []copyStore, close func(), err error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
 	// The service fences /<copy>/{id} on the resource key "id:<item>"; the
 	// clients lock the item itself.
@@ -89,6 +93,10 @@ func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close
 	}
 	hc := &http.Client{Transport: &httpmw.Transport{Base: tr, Key: lockKey}}
 	tokens, err := postgres.NewTokens(postgres.TokensOptions{Name: txTokens})
+	if err != nil {
+		return nil, nil, err
+	}
+	myTokens, err := mysql.NewTokens(mysql.TokensOptions{Name: myTxTokens})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -116,6 +124,14 @@ func openCopies(cfg clientConfig, pool *pgxpool.Pool) (stores []copyStore, close
 				stores = append(stores, &pgColumnStore{copy: name, db: pool, table: tb, fenced: fenced, broken: broken})
 			case pgTx:
 				stores = append(stores, &pgTxStore{copy: name, db: pool, tokens: tokens, fenced: fenced, broken: broken})
+			case myColumn:
+				tb, err := mysql.NewTable(mysql.TableOptions{Name: []string{myTables[name]}, Key: "id"})
+				if err != nil {
+					return nil, nil, err
+				}
+				stores = append(stores, &myColumnStore{copy: name, db: mdb, table: tb, fenced: fenced, broken: broken})
+			case myTx:
+				stores = append(stores, &myTxStore{copy: name, db: mdb, tokens: myTokens, fenced: fenced, broken: broken})
 			case grpcPG:
 				stores = append(stores, &grpcStore{copy: name, conn: gc, broken: broken})
 			default:

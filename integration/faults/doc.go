@@ -18,6 +18,13 @@
 //     that reads or writes;
 //   - pg-tx: storage/postgres Tx, the claim in fence_tokens, then plain SQL
 //     in the same transaction;
+//   - mysql-column: storage/mysql column mode on MariaDB (one server for
+//     the test process, a database per cell; FENCEGUARD_MYSQL_DSN, when
+//     set, must name a MariaDB server: the copies' log is its system
+//     versioning), Table.Read's claim, then Table.Update in the statement
+//     that writes;
+//   - mysql-tx: storage/mysql Tokens.Tx, the claim in the high-water table,
+//     then plain SELECT and UPDATE in the same transaction;
 //   - http+pg: httpmw with the PostgreSQL Fence in front of a handler in
 //     column mode (the demo's setup, strong across processes);
 //   - http+mem, http+redis, http+etcd, http+zk: httpmw with
@@ -131,8 +138,11 @@
 // sold equal to the stock that left; the value's history linearizable
 // (porcupine, critical sections as compare-and-sets); the tokens the copy
 // accepted never decreasing, in the copy's own order — a trigger's sequence
-// in PostgreSQL (accept_log), a counter under the store's mutex in memory —
-// not the clients' clocks — at each high-water mark on its own: http+pg has
+// in PostgreSQL (accept_log), the row's versions in commit order in MariaDB
+// (system versioning: a trigger on a table storage/mysql writes would hide
+// its statements' outcome from it), a counter under the store's mutex in
+// memory — not the clients' clocks — at each high-water mark on its own:
+// http+pg has
 // two, the middleware's and the column's, checked one after the other, so a
 // request that passed the middleware may reach the row after a newer token
 // passed the middleware too; the column then orders them (an early run of

@@ -93,13 +93,14 @@ var logSources = map[string][]logSource{
 }
 
 // resourceService is the resource side of one cell, in the test process:
-// the PostgreSQL database, and an HTTP service with each HTTP enforcer's
-// routes — /<name>/{id}, fenced by its middleware, and /<name>-off/{id},
-// the same handler without it — and a gRPC service with grpc+pg's two
+// the PostgreSQL database, the MySQL one (mysql_test.go), and an HTTP
+// service with each HTTP enforcer's routes — /<name>/{id}, fenced by its
+// middleware, and /<name>-off/{id}, the same handler without it — and a gRPC service with grpc+pg's two
 // services, the fenced one and its control (grpc_test.go).
 type resourceService struct {
 	pool      *pgxpool.Pool
 	dsn       string
+	my        *myResource // mysql-column and mysql-tx, on MariaDB
 	enforcers []string
 	maps      map[string]*mapStore // by copy name
 	base      string
@@ -149,6 +150,9 @@ func newResourceService(t *testing.T, enforcers []string) *resourceService {
 	}
 
 	s := &resourceService{pool: pool, dsn: pg.DSN, enforcers: enforcers, maps: map[string]*mapStore{}}
+	if slices.Contains(enforcers, myColumn) || slices.Contains(enforcers, myTx) {
+		s.my = newMyResource(t)
+	}
 	mux := http.NewServeMux()
 	for _, e := range enforcers {
 		if !strings.HasPrefix(e, "http+") {
@@ -251,6 +255,11 @@ func (s *resourceService) seed(ctx context.Context, items []string, stock int, v
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
+	if s.my != nil {
+		if err := s.my.seed(ctx, items, stock, val); err != nil {
+			return err
+		}
+	}
 	for _, m := range s.maps {
 		m.seed(items, stock, val)
 	}
@@ -313,6 +322,11 @@ func (s *resourceService) collect(ctx context.Context, items []string) (map[stri
 		}
 		for id := range logs[cp] {
 			sort.Slice(logs[cp][id], func(i, j int) bool { return logs[cp][id][i].Seq < logs[cp][id][j].Seq })
+		}
+	}
+	if s.my != nil {
+		if err := s.my.collect(ctx, items, states, logs); err != nil {
+			return nil, nil, err
 		}
 	}
 	for cp, m := range s.maps {
@@ -462,4 +476,13 @@ func sortedValues(m map[string]string) []string {
 	}
 	sort.Strings(vs)
 	return vs
+}
+
+// myDSN is the data source name of the cell's MySQL database, "" without
+// one.
+func (s *resourceService) myDSN() string {
+	if s.my == nil {
+		return ""
+	}
+	return s.my.dsn
 }
