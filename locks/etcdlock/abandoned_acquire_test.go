@@ -43,6 +43,7 @@ func keysGone(t *testing.T, prefix string, list func() []string) {
 // the clean-ups' bound has passed, no key is left under the prefix, and the
 // key is free at once.
 func TestAcquiresCancelledAtRandomPointsLeaveNothingBehind(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)
@@ -153,6 +154,7 @@ func TestAcquiresCancelledAtRandomPointsLeaveNothingBehind(t *testing.T) {
 // they queued, each woken as soon as the one before it releases (within
 // 2s on a loaded machine), never held up until a cancelled waiter's TTL.
 func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)
@@ -246,6 +248,7 @@ func TestCancelledWaitersDoNotHoldUpThoseBehind(t *testing.T) {
 // leave no key behind, and the next acquire is granted once the delay
 // ends, not a waiter's TTL later.
 func TestWaitersGivingUpInLockDelayLeaveNothing(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	const ttl, delay = time.Second, time.Second

@@ -3,8 +3,10 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,9 +27,31 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	setParallel()
 	etcdserver.ExamplesNeed()
 	examplesFromEnv()
 	harness.Main(m)
+}
+
+// parallel is how many tests run at once unless -test.parallel says
+// otherwise. Most tests wait on lease TTLs and timers, each on keys of its
+// own or a cluster of its own, rather than use the CPU: go test's default
+// of GOMAXPROCS would leave a 2-core machine mostly idle. Tests that see
+// the whole server (its revision, the process's goroutines) run alone,
+// before the parallel ones.
+const parallel = 4
+
+// setParallel makes -test.parallel default to parallel rather than
+// GOMAXPROCS.
+func setParallel() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			panic(err)
+		}
+	}
 }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
@@ -93,6 +117,7 @@ func conformance(t *testing.T, db func(testing.TB) *etcdserver.DB) {
 }
 
 func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
+	t.Parallel()
 	c := &clientv3.Client{}
 	for _, d := range []time.Duration{-time.Millisecond, locks.MaxLockDelay + time.Millisecond} {
 		if _, err := etcdlock.New(c, etcdlock.Options{LockDelay: d}); !errors.Is(err, locks.ErrInvalidArgument) {
@@ -101,7 +126,10 @@ func TestLockDelayOutOfRangeIsRefused(t *testing.T) {
 	}
 }
 
-func TestConformanceEtcd34(t *testing.T) { conformance(t, etcdserver.Shared) }
+func TestConformanceEtcd34(t *testing.T) {
+	t.Parallel()
+	conformance(t, etcdserver.Shared)
+}
 
 // A late or retried release of an old grant must not delete a newer grant
 // made with the same lease under the same name (the known bug of etcd's own
@@ -110,6 +138,7 @@ func TestConformanceEtcd34(t *testing.T) { conformance(t, etcdserver.Shared) }
 // pool only once its grant's key is known deleted, and a release that
 // failed leaves it out of use.
 func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
@@ -169,6 +198,7 @@ func TestLateReleaseSparesNewerGrantOnSameLease(t *testing.T) {
 // under as many names as it used leases: the key's queue does not grow with
 // its history.
 func TestHotKeyReusesNames(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -193,6 +223,7 @@ func TestHotKeyReusesNames(t *testing.T) {
 // context, the next holder gets a larger token, and the cut holder's release
 // does not touch the new grant.
 func TestHolderCutOffPastTTL(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	proxy := harness.NewProxy(t, d.Endpoints[0])
 	cutOff := newLocker(t, newClient(t, []string{proxy.Addr()}), d.Prefix)
@@ -243,6 +274,7 @@ func TestHolderCutOffPastTTL(t *testing.T) {
 // monotonic; the holder either keeps the lock (its renewals go on) or learns
 // it lost it; never two live holders with one token.
 func TestLeaderKilledWhileHeld(t *testing.T) {
+	t.Parallel()
 	cl := etcdserver.NewCluster(t, 3)
 	c := newClient(t, cl.Endpoints())
 	l := newLocker(t, c, "/t/")
@@ -318,6 +350,7 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 // Waiters are served in the order they queued (create revision), across
 // clients.
 func TestWaitersServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
@@ -372,6 +405,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // The guard learns of a deleted key from the watch, at once, not at its
 // next renewal.
 func TestLossReportedAtOnce(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	g, err := guard.New(newLocker(t, c, d.Prefix), guard.Options{TTL: 30 * time.Second})
@@ -397,6 +431,7 @@ func TestLossReportedAtOnce(t *testing.T) {
 }
 
 func TestIssuedBoundsTokens(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	ctx := ctxFor(t, time.Minute)
@@ -412,6 +447,7 @@ func TestIssuedBoundsTokens(t *testing.T) {
 }
 
 func TestFenceConformance(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		d := etcdserver.Shared(t)
 		f := etcdlock.NewFence(newClient(t, d.Endpoints), etcdlock.FenceOptions{
@@ -425,6 +461,7 @@ func TestFenceConformance(t *testing.T) {
 // and both marks; a mark key holding something other than a mark is
 // repaired all the same, and the error says what it held.
 func TestFenceResetAudited(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	var mu sync.Mutex
@@ -489,6 +526,7 @@ func (k *keepAliveCounter) KeepAliveOnce(ctx context.Context, id clientv3.LeaseI
 // in the background, so the acquire that reuses it sends no keep-alive of
 // its own and still gets a deadline a whole TTL away; Close revokes it.
 func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	kc := &keepAliveCounter{Client: c}
@@ -544,6 +582,7 @@ func TestReleasedLeaseRefreshedForReuse(t *testing.T) {
 // pause finds it fresh and sends no keep-alive; after that it is left to
 // lapse.
 func TestIdleLeaseKeptFreshForATTL(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	kc := &keepAliveCounter{Client: c}
@@ -628,6 +667,7 @@ func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
 // must not leave its key queueing behind a lease the locker goes on using:
 // the next acquire of the key, on the same locker, gets the lock at once.
 func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, &lostReply{Client: c}, d.Prefix)
@@ -655,6 +695,7 @@ func TestLostJoinReplyLeavesNoBlockingKey(t *testing.T) {
 // its etcd lease, kept alive from before the acquire, outlives the grant's
 // Deadline (counted from that keep-alive) by the delay.
 func TestLockDelayHoldsOnAPooledLease(t *testing.T) {
+	t.Parallel()
 	const ttl, delay = 2 * time.Second, 1500 * time.Millisecond
 	d := etcdserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
@@ -695,6 +736,7 @@ func TestLockDelayHoldsOnAPooledLease(t *testing.T) {
 // Waiters queued behind a lease that expires unreleased are served in the
 // order they queued once the lock-delay is over, none of them before it.
 func TestLockDelayKeepsFIFOAfterExpiry(t *testing.T) {
+	t.Parallel()
 	const ttl, delay = 2 * time.Second, 1500 * time.Millisecond
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)

@@ -29,6 +29,7 @@ import (
 // in its watch — it must not report a grant while X holds the lock, and it
 // must get the lock, with a larger token, once X releases.
 func TestFrozenWaiterProcess(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)

@@ -84,6 +84,7 @@ func keysUnder(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix s
 // grants have the same key name. A replayed Release or Renew of the first
 // grant must leave the second alone.
 func TestReplayedCallsOfEarlierGrantOnSameLeaseSpareNewerGrant(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)
@@ -143,6 +144,7 @@ func TestReplayedCallsOfEarlierGrantOnSameLeaseSpareNewerGrant(t *testing.T) {
 // nothing, also on retries), Lost closes, and the next acquires of the
 // key, on the same Locker, are granted at once with larger tokens.
 func TestGrantRemovedBehindItsBackIsNotHeld(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)
@@ -223,6 +225,7 @@ func TestGrantRemovedBehindItsBackIsNotHeld(t *testing.T) {
 // for its whole critical section, the tokens of successive grants grow,
 // and nothing is left under the prefix at the end.
 func TestConcurrentGrantsOnSharedLeasesStayExclusive(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	lockers := []*etcdlock.Locker{identityLocker(t, cli, db.Prefix), identityLocker(t, cli, db.Prefix)}
@@ -315,6 +318,7 @@ func TestConcurrentGrantsOnSharedLeasesStayExclusive(t *testing.T) {
 // of the key on the same Locker (often on the same lease, so under the
 // same key name). The cut-short delete must never remove that newer grant.
 func TestReleasesCutShortAndRetriedSpareNextGrant(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)
@@ -376,6 +380,7 @@ func TestReleasesCutShortAndRetriedSpareNextGrant(t *testing.T) {
 // acquires find them gone and are granted on fresh leases, at once, with
 // nothing left of the revoked ones.
 func TestPooledLeasesRevokedElsewhereAreReplaced(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli := identityClient(t, db)
 	l := identityLocker(t, cli, db.Prefix)

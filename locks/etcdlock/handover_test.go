@@ -42,6 +42,7 @@ func (c *freezingClient) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID)
 // X's); it must queue again, behind X, and get the lock once X releases,
 // with a larger token.
 func TestFrozenWaiterDoesNotTakeStaleTurn(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)

@@ -17,6 +17,7 @@ import (
 // its own TTL, not the TTL of the grant that used the lease before: grants
 // whose TTLs round up to the same whole-second etcd lease share the pool.
 func TestReusedLeaseDeadlineCountsItsOwnTTL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		delay       time.Duration
@@ -87,6 +88,7 @@ func (k *unansweredKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.Lea
 // and extend the grant's lease, keeping a crashed holder's lock up to a TTL
 // past its last renewal.
 func TestIdleLeaseRefreshedWithoutAnswerServesNoGrant(t *testing.T) {
+	t.Parallel()
 	for _, inFlight := range []bool{false, true} {
 		name := "failed"
 		if inFlight {

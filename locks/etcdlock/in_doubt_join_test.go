@@ -36,6 +36,7 @@ func (r *revokeRecorder) Revoke(ctx context.Context, id clientv3.LeaseID) (*clie
 // must leave no key: a put on a revoked lease fails. (A revoke that also
 // met the frozen member leaves any such key to its TTL, as documented.)
 func TestJoinInDoubtThroughFrozenMemberLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	c := etcdserver.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 // same key name. When the frozen member wakes, the first delete may still
 // be applied: it must not remove the newer grant.
 func TestRetriedReleaseAfterFrozenMemberSparesNewerGrant(t *testing.T) {
+	t.Parallel()
 	c := etcdserver.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -197,6 +198,7 @@ func (t *deferredTxn) Commit() (*clientv3.TxnResponse, error) {
 // granted again; the first request, applied last, must not remove the
 // newer grant.
 func TestReleaseAppliedAfterItsRetrySparesNewerGrant(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: db.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -267,6 +269,7 @@ func (g *gatedKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID)
 // after the release and after the key was granted again on the same
 // lease. It must not extend the newer grant.
 func TestRenewRacingReleaseDoesNotExtendNewerGrant(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: db.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -51,6 +51,7 @@ func watching(ctx context.Context, t *testing.T, lease locks.Lease) {
 // quorum). Renew then fails with ErrNotHeld without asking; once the peers
 // are back, Release still deletes the key.
 func TestLostWhenMemberLosesLeader(t *testing.T) {
+	t.Parallel()
 	cl := etcdserver.NewCluster(t, 3)
 	ctx := ctxFor(t, 3*time.Minute)
 	const ttl = time.Minute // far beyond the test: no expiry ends the lease
@@ -122,6 +123,7 @@ func releaseAfterHeal(ctx context.Context, t *testing.T, lease locks.Lease) {
 // The watch behind Lost ending for a reason of the client's own — here the
 // client is closed — leaves nothing that would report a loss: Lost closes.
 func TestLostWhenWatchEnds(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
@@ -143,6 +145,7 @@ func TestLostWhenWatchEnds(t *testing.T) {
 // Release ends the watch behind Lost and its goroutine before it returns,
 // and the channel stays open once it has.
 func TestReleaseEndsLostWatch(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)

@@ -63,6 +63,7 @@ func (x *exclusionLog) leave(leases []locks.Lease) {
 // same keys and at the same time, never hold a key twice, and every key's
 // tokens grow across both paths.
 func TestTryAcquireAllExcludesSingleGrants(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	keys := []string{"a", "b", "c", "d"}
@@ -147,6 +148,7 @@ func keysIn(t *testing.T, ctx context.Context, c *clientv3.Client, prefix string
 // held or only queued for: no key of the set appears, the store's revision
 // does not move.
 func TestTryAcquireAllRefusalLeavesEtcdUntouched(t *testing.T) {
+	// Not parallel: the store's revision must not move meanwhile.
 	db := etcdserver.Shared(t)
 	c := newClient(t, db.Endpoints)
 	ctx := ctxFor(t, 30*time.Second)
@@ -207,6 +209,7 @@ func TestTryAcquireAllRefusalLeavesEtcdUntouched(t *testing.T) {
 // set until the grant's Deadline plus the delay; a waiter queued before
 // the expiry waits as long.
 func TestTryAcquireAllHonoursLockDelay(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	ctx := ctxFor(t, 30*time.Second)
 	const delay = 1500 * time.Millisecond
@@ -272,6 +275,7 @@ func TestTryAcquireAllHonoursLockDelay(t *testing.T) {
 // AcquireAll cut short at any point leaves no key of the set held or
 // queued once its clean-ups are done.
 func TestAcquireAllCancelledLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	c := newClient(t, db.Endpoints)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -326,6 +330,7 @@ func TestAcquireAllCancelledLeavesNothingBehind(t *testing.T) {
 // A key of a set deleted behind its back cancels the set's context with a
 // cause naming that key, and leaves the other keys' leases alone.
 func TestLeasesContextNamesTheKeyLost(t *testing.T) {
+	t.Parallel()
 	db := etcdserver.Shared(t)
 	c := newClient(t, db.Endpoints)
 	ctx := ctxFor(t, 30*time.Second)

@@ -64,6 +64,7 @@ func releaseAll(t *testing.T, ctx context.Context, leases ...locks.Lease) {
 }
 
 func TestTryAcquireAllGrantsEveryKeyInOneTxn(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := &txnCounter{Client: newClient(t, d.Endpoints)}
 	l := newLocker(t, c, d.Prefix)
@@ -126,6 +127,7 @@ func TestTryAcquireAllGrantsEveryKeyInOneTxn(t *testing.T) {
 // One key held, or only queued for, refuses the whole set: the error names
 // it, nothing is written, and the queued waiter comes first.
 func TestTryAcquireAllHeldKeyTakesNothing(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)
@@ -173,6 +175,7 @@ func TestTryAcquireAllHeldKeyTakesNothing(t *testing.T) {
 }
 
 func TestTryAcquireAllRefusesBadArguments(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := &txnCounter{Client: newClient(t, d.Endpoints)}
 	l := newLocker(t, c, d.Prefix)
@@ -206,6 +209,7 @@ func TestTryAcquireAllRefusesBadArguments(t *testing.T) {
 // applied whose reply is lost leaves nothing held once the clean-up (a
 // revoke of every lease) has run.
 func TestTryAcquireAllCancelledLeavesNothing(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	ctx := ctxFor(t, time.Minute)
@@ -230,6 +234,7 @@ func TestTryAcquireAllCancelledLeavesNothing(t *testing.T) {
 
 // Through package guard: a set is tried in one transaction.
 func TestGuardTriesASetInOneTxn(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := &txnCounter{Client: newClient(t, d.Endpoints)}
 	l := newLocker(t, c, d.Prefix)
@@ -260,6 +265,7 @@ func TestGuardTriesASetInOneTxn(t *testing.T) {
 // A set's grants keep the lock-delay like a single grant's: each etcd
 // lease is granted for TTL + LockDelay.
 func TestTryAcquireAllKeepsTheLockDelay(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l, err := etcdlock.New(c, etcdlock.Options{Prefix: d.Prefix, LockDelay: 5 * time.Second})

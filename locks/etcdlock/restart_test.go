@@ -14,6 +14,7 @@ import (
 // when the holder releases, and every grant's token is larger than the
 // one before it, on the same key and across the keys of a set.
 func TestPooledLeasesServeAcrossRestartAndCompaction(t *testing.T) {
+	t.Parallel()
 	srv := etcdserver.New(t)
 	cli := newClient(t, []string{srv.Addr()})
 	l, err := etcdlock.New(cli, etcdlock.Options{Prefix: "/r/", IdleLeases: 4})

@@ -156,6 +156,7 @@ func forgeryFences(t *testing.T, d *etcdserver.DB, c *clientv3.Client) map[strin
 // every token above the holder's are refused; the holder and then both
 // waiters, in turn, get through.
 func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
@@ -173,6 +174,7 @@ func TestSequencerRefusesForgeriesAboveHolder(t *testing.T) {
 // the forger in and locks both queued waiters out — the test above would
 // fail with it.
 func TestIssuedIsNoBoundForForgeries(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	for name, fence := range forgeryFences(t, d, c) {
@@ -196,6 +198,7 @@ func TestIssuedIsNoBoundForForgeries(t *testing.T) {
 // of the read when it is free: at least every earlier grant, below every
 // later one. It never decreases.
 func TestSequencerCurrent(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	c := newClient(t, d.Endpoints)
 	l := newLocker(t, c, d.Prefix)

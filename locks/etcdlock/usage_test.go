@@ -27,6 +27,7 @@ import (
 // the etcd client log no warning: etcdlock cuts none of its own requests
 // short (the client warns of each such one).
 func TestOrdinaryUseLogsNoClientWarnings(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: d.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.New(core)})
@@ -102,6 +103,7 @@ func TestOrdinaryUseLogsNoClientWarnings(t *testing.T) {
 // ClientLogger routes the etcd client's lines through slog, and a request
 // cut short by its own context — the caller has its error — at Debug.
 func TestClientLogger(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -153,6 +155,7 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 // through guard's Lease.Unwrap, commits while the lock is held and not
 // after it moved on.
 func TestIsOwnerFencesOwnTransaction(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	cli := newClient(t, d.Endpoints)
 	l := newLocker(t, cli, d.Prefix)
@@ -211,6 +214,7 @@ func TestIsOwnerFencesOwnTransaction(t *testing.T) {
 
 // guard.New refuses a TTL etcdlock cannot grant (below a second), at once.
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
+	t.Parallel()
 	d := etcdserver.Shared(t)
 	l := newLocker(t, newClient(t, d.Endpoints), d.Prefix)
 	_, err := guard.New(l, guard.Options{TTL: 500 * time.Millisecond})
