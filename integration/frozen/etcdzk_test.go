@@ -22,6 +22,7 @@ import (
 // error matching context.DeadlineExceeded (context.Canceled when
 // cancelled); after the thaw the mark is one a claim presented.
 func TestEtcdZKCallsFrozen(t *testing.T) {
+	t.Parallel()
 	type target struct {
 		name  string
 		calls func(t *testing.T) (map[string]func(context.Context) error, *harness.Server, func(t *testing.T))
@@ -114,6 +115,7 @@ func TestEtcdZKCallsFrozen(t *testing.T) {
 	}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
 			calls, srv, after := tg.calls(t)
 			itest.Pause(t, srv)
 			for name, call := range calls {

@@ -24,6 +24,7 @@ import (
 // server ends the idle session at about the lease's end, and Do's error
 // says both that the lease was lost and that nothing committed.
 func TestGuardDoTxEndsWithLease(t *testing.T) {
+	t.Parallel()
 	srv := etcdserver.New(t)
 	g := newRenewingGuard(t, etcdLocker(t, srv.Addr()), 3*time.Second, time.Second)
 	db := pgserver.Shared(t)

@@ -30,6 +30,7 @@ func redisLockerAt(t *testing.T, addr string) *redislock.Locker {
 // the lease's context is done, and the keep-alive goroutine is gone once
 // the lease's deadline has passed, with Redis still frozen.
 func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
 	srv := redisserver.New(t)
 	g := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), 1200*time.Millisecond, 250*time.Millisecond)
 	l, err := g.Acquire(itest.Ctx(t, 2*time.Second), "k")
@@ -68,6 +69,7 @@ func TestGuardReleaseFrozenRedisReturnsAndLeaksNothing(t *testing.T) {
 // call's connection, so the lock is free again by the lease's deadline as
 // the holder knew it, and the next holder's token is larger.
 func TestGuardLateRenewalAfterReleaseDoesNotExtendLock(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	const ttl = 1500 * time.Millisecond
 	g := newRenewingGuard(t, redisLockerAt(t, srv.Addr()), ttl, 300*time.Millisecond)
@@ -120,6 +122,7 @@ func TestGuardLateRenewalAfterReleaseDoesNotExtendLock(t *testing.T) {
 // connections, without waiting for the renewal: it must both return by
 // its deadline and release.
 func TestGuardReleaseDelayedRedis(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	p := harness.NewProxy(t, srv.Addr())
 	c := redisClient(t, p.Addr())
@@ -187,6 +190,7 @@ const thawAfter = 0 * time.Millisecond
 // misses its deadline. Logged only: the doc says Release waits for the
 // renewal while ctx lasts.
 func TestGuardReleaseDelayedWaitsOutRenewal(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	p := harness.NewProxy(t, srv.Addr())
 	g := newRenewingGuard(t, redisLockerAt(t, p.Addr()), 3*time.Second, 500*time.Millisecond)

@@ -3,12 +3,14 @@ package frozen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceguard/fenceguard/guard"
 	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/harness/etcdserver"
 	"github.com/fenceguard/fenceguard/harness/redisserver"
@@ -20,7 +22,7 @@ import (
 	"github.com/fenceguard/fenceguard/locks/zklock"
 )
 
-// frozenRelease holds key through g, freezes srv while a renewal is in
+// frozenRelease holds a key through g, freezes srv while a renewal is in
 // flight, and checks that Release returns by its 200ms deadline. Then it
 // thaws srv and checks that a second Guard gets the lock, with a higher
 // token, once the first grant expired: no late renewal resurrected it.
@@ -28,15 +30,34 @@ func frozenRelease(t *testing.T, srvs []*harness.Server, l1, l2 locks.Locker, tt
 	t.Helper()
 	g := newRenewingGuard(t, l1, ttl, every)
 	g2 := newRenewingGuard(t, l2, ttl, every)
-	l, err := g.Acquire(itest.Ctx(t, 5*time.Second), "k")
-	if err != nil {
-		t.Fatal(err)
+	var l *guard.Lease
+	key := ""
+	for attempt := 1; ; attempt++ {
+		key = fmt.Sprintf("k%d", attempt)
+		var err error
+		l, err = g.Acquire(itest.Ctx(t, 5*time.Second), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(every - 50*time.Millisecond)
+		for _, s := range srvs {
+			itest.Pause(t, s)
+		}
+		time.Sleep(150 * time.Millisecond) // a renewal is in flight
+		if l.Context().Err() == nil {
+			break
+		}
+		// The process stalled past the lease's deadline (or the ZooKeeper
+		// client's read timeout) before Release: there is no renewal in
+		// flight to cut short. Try again on another key.
+		t.Logf("attempt %d: lease lost before Release (%v): the machine stalled", attempt, context.Cause(l.Context()))
+		for _, s := range srvs {
+			itest.Resume(t, s)
+		}
+		if attempt == 3 {
+			t.Fatal("lease lost before Release in 3 attempts")
+		}
 	}
-	time.Sleep(every - 50*time.Millisecond)
-	for _, s := range srvs {
-		itest.Pause(t, s)
-	}
-	time.Sleep(150 * time.Millisecond) // a renewal is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	tm := itest.StartTiming(t)
 	rerr := l.Release(ctx)
@@ -60,7 +81,7 @@ func frozenRelease(t *testing.T, srvs []*harness.Server, l1, l2 locks.Locker, tt
 	for _, s := range srvs {
 		itest.Resume(t, s)
 	}
-	l2x, err := g2.Acquire(itest.Ctx(t, ttl+5*time.Second), "k")
+	l2x, err := g2.Acquire(itest.Ctx(t, ttl+5*time.Second), key)
 	if err != nil {
 		t.Fatalf("second holder: %v", err)
 	}
@@ -73,6 +94,7 @@ func frozenRelease(t *testing.T, srvs []*harness.Server, l1, l2 locks.Locker, tt
 }
 
 func TestGuardReleaseFrozenEtcd(t *testing.T) {
+	t.Parallel()
 	srv := etcdserver.New(t)
 	frozenRelease(t, []*harness.Server{srv}, etcdLocker(t, srv.Addr()), etcdLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
 }
@@ -88,6 +110,7 @@ func zkLocker(t *testing.T, addr string) *zklock.Locker {
 }
 
 func TestGuardReleaseFrozenZooKeeper(t *testing.T) {
+	t.Parallel()
 	srv := zkserver.New(t)
 	frozenRelease(t, []*harness.Server{srv}, zkLocker(t, srv.Addr()), zkLocker(t, srv.Addr()), 2*time.Second, 400*time.Millisecond)
 }
@@ -109,6 +132,7 @@ func redlockLocker(t *testing.T, srvs []*harness.Server) *redlock.Locker {
 }
 
 func TestGuardReleaseFrozenRedlock(t *testing.T) {
+	t.Parallel()
 	srvs := redisserver.NewN(t, 3)
 	frozenRelease(t, srvs, redlockLocker(t, srvs), redlockLocker(t, srvs), 3*time.Second, 600*time.Millisecond)
 }
@@ -118,6 +142,7 @@ func TestGuardReleaseFrozenRedlock(t *testing.T) {
 // grant's key must be gone by the released lease's deadline; a keep-alive
 // etcd read from its socket after the thaw would keep it a TTL longer.
 func TestGuardEtcdLateKeepAliveAfterRelease(t *testing.T) {
+	t.Parallel()
 	srv := etcdserver.New(t)
 	const ttl, every = 2 * time.Second, 400 * time.Millisecond
 	g := newRenewingGuard(t, etcdLocker(t, srv.Addr()), ttl, every)

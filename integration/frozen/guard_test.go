@@ -27,8 +27,10 @@ func newGuard(t *testing.T, l locks.Locker, ttl time.Duration) *guard.Guard {
 // TestGuardFrozen: the guard runtime over each backend with the
 // lock service frozen (SIGSTOP) at the worst moments.
 func TestGuardFrozen(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			l, srv := b.start(t)
 			g := newGuard(t, l, b.ttl)
 			ctx := itest.Ctx(t, 60*time.Second)

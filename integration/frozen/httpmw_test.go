@@ -102,6 +102,7 @@ func serveWithin(t *testing.T, m *fencedMux, what string, d time.Duration, tok t
 // ending is answered 503 problem+json by its deadline, the handler never
 // runs, nothing panics; after the thaw the claim works again.
 func TestHTTPFenceFrozen(t *testing.T) {
+	t.Parallel()
 	type fenceSrv struct {
 		name  string
 		start func(t *testing.T) (token.Fence, *harness.Server)
@@ -126,6 +127,7 @@ func TestHTTPFenceFrozen(t *testing.T) {
 	}
 	for _, fs := range fences {
 		t.Run(fs.name, func(t *testing.T) {
+			t.Parallel()
 			f, srv := fs.start(t)
 			m := newFencedMux(t, httpmw.Options{Fence: f, Check: token.NoCheck()}, nil)
 			tok := token.Token(time.Now().UnixMicro())
@@ -162,6 +164,7 @@ func TestHTTPFenceFrozen(t *testing.T) {
 // middleware's claim ends with the request (503 unavailable observed), the
 // handler never runs, even after the thaw.
 func TestHTTPClientGoneWhileClaiming(t *testing.T) {
+	t.Parallel()
 	e := newPG(t)
 	clientGone(t, e.k.Fence(e.pool), e.srv)
 }
@@ -172,6 +175,7 @@ func TestHTTPClientGoneWhileClaiming(t *testing.T) {
 // at go-redis's ReadTimeout (ContextTimeoutEnabled bounds only by the
 // deadline); the handler never runs, even after the thaw.
 func TestHTTPClientGoneRedisFence(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	clientGone(t, redislock.NewFence(redisClient(t, srv.Addr()), redislock.FenceOptions{Check: token.NoCheck()}), srv)
 }
@@ -222,6 +226,7 @@ func clientGone(t *testing.T, f token.Fence, srv *harness.Server) {
 // service (redislock, etcdlock, zklock sequencers), are answered 503
 // problem+json by the request's deadline; the handler does not run.
 func TestHTTPSerializeAndSequencerFrozen(t *testing.T) {
+	t.Parallel()
 	t.Run("SerializePerKey", func(t *testing.T) {
 		release := make(chan struct{})
 		entered := make(chan struct{}, 1)
@@ -267,6 +272,7 @@ func TestHTTPSerializeAndSequencerFrozen(t *testing.T) {
 	}
 	for _, s := range seqs {
 		t.Run("SequencerCheck/"+s.name, func(t *testing.T) {
+			t.Parallel()
 			seq, srv := s.start(t)
 			if _, err := seq.Current(itest.Ctx(t, 10*time.Second), "sku:42"); err != nil {
 				t.Logf("warm-up Current: %v", err)

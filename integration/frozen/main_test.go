@@ -3,7 +3,9 @@ package frozen
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +14,23 @@ import (
 	"github.com/fenceguard/fenceguard/locks"
 )
 
-func TestMain(m *testing.M) { itest.Main(m) }
+// parallel is how many tests run at once unless -test.parallel says
+// otherwise. They spend their time waiting for timeouts of frozen servers,
+// each test on servers of its own, not on the CPU: go test's default of
+// GOMAXPROCS would leave a 2-core machine mostly idle.
+const parallel = 6
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			panic(err)
+		}
+	}
+	itest.Main(m)
+}
 
 // byDeadline runs f with a context that ends after d and checks that f
 // returns by that deadline (allowing for the scheduler's lateness, see

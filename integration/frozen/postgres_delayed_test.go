@@ -87,6 +87,7 @@ func rows(t *testing.T, db *pgxpool.Pool) int {
 // left idle in transaction, and the pool hands out only working
 // connections afterwards.
 func TestPostgresTxDelayedCutShort(t *testing.T) {
+	t.Parallel()
 	direct, pool, p := pgPools(t)
 	const delay = 200 * time.Millisecond
 	id := 0
@@ -168,6 +169,7 @@ func TestPostgresTxDelayedCutShort(t *testing.T) {
 // (txid_status) and returns nil, or, if it cannot tell,
 // ErrCommitUnknown — never the bare context error.
 func TestPostgresTxCtxEndingDuringCommit(t *testing.T) {
+	t.Parallel()
 	direct, pool, p := pgPools(t)
 	if err := p.Delay(200 * time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -133,6 +133,7 @@ var pgFaults = []fault{
 // cancelled); after the fault a row is either entirely written or not at
 // all, and a Tx cut short moved no mark and wrote nothing.
 func TestPostgresCallsFaulted(t *testing.T) {
+	t.Parallel()
 	e := newPG(t)
 	ctx := itest.Ctx(t, 60*time.Second)
 	const base = token.Token(100)
@@ -246,6 +247,7 @@ func TestPostgresCallsFaulted(t *testing.T) {
 // neither fn's writes nor the claim's mark are there — or, for a COMMIT
 // the server received, all of them are.
 func TestPostgresTxFaultedMidTransaction(t *testing.T) {
+	t.Parallel()
 	e := newPG(t)
 	ctx := itest.Ctx(t, 60*time.Second)
 	for _, f := range pgFaults {
@@ -295,6 +297,7 @@ func TestPostgresTxFaultedMidTransaction(t *testing.T) {
 // the caller's deadline (plus a short clean-up allowance), so Tx returns by
 // it, for the eager claim and ClaimWithFirstStatement alike.
 func TestPostgresTxRollbackByDeadline(t *testing.T) {
+	t.Parallel()
 	e := newPG(t)
 	for _, f := range pgFaults {
 		for _, k := range []*postgres.Tokens{e.k, e.lazy} {
@@ -320,6 +323,7 @@ func TestPostgresTxRollbackByDeadline(t *testing.T) {
 // own (no context involved) while the server is frozen: Tx returns fn's
 // error by the caller's deadline.
 func TestPostgresTxErrorRollbackByDeadline(t *testing.T) {
+	t.Parallel()
 	e := newPG(t)
 	res := "rb-err"
 	errFn := errors.New("fn failed")

@@ -49,8 +49,10 @@ var proxiedBackends = []proxied{
 // local deadline with a cause wrapping guard.ErrLost whose reason is
 // ErrDeadline; a renewal failure is observed first.
 func TestGuardBlackholedKeepAlive(t *testing.T) {
+	t.Parallel()
 	for _, b := range proxiedBackends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			via, _, p := b.start(t)
 			renewFailed := make(chan struct{}, 1)
 			g, err := guard.New(via, guard.Options{TTL: b.ttl, Logger: discard(), Observer: func(e guard.Event) {
@@ -102,8 +104,10 @@ func TestGuardBlackholedKeepAlive(t *testing.T) {
 // by its deadline with context.DeadlineExceeded, and the grant is given
 // back — another client gets the lock long before the TTL runs out.
 func TestGrantTooLateGivenBack(t *testing.T) {
+	t.Parallel()
 	for _, b := range proxiedBackends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			via, direct, p := b.start(t)
 			const ttl = 20 * time.Second
 			g, err := guard.New(via, guard.Options{TTL: ttl, Logger: discard()})

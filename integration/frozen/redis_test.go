@@ -39,6 +39,7 @@ func redisLocker(t *testing.T, c redislock.Client, prefix string) *redislock.Loc
 // and Heal returns by its deadline with an error matching
 // context.DeadlineExceeded, and the mark is one a claim presented.
 func TestRedisFenceSequencerFrozen(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := redisClient(t, srv.Addr())
 	ctx := itest.Ctx(t, 30*time.Second)
@@ -113,6 +114,7 @@ func TestRedisFenceSequencerFrozen(t *testing.T) {
 // without a deadline (an HTTP server's request context when the client
 // goes) would hold them until its ReadTimeout.
 func TestRedisCancelHonoured(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := redisClient(t, srv.Addr())
 	ctx := itest.Ctx(t, 30*time.Second)

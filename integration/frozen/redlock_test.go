@@ -17,6 +17,7 @@ import (
 // so its renewals end whatever go-redis does with a cancel, unlike
 // redislock's: see TestRedisCancelHonoured).
 func TestGuardRedlockFrozen(t *testing.T) {
+	t.Parallel()
 	nodes := redisserver.NewN(t, 3)
 	var clients []redlock.Client
 	for _, n := range nodes {
