@@ -131,8 +131,9 @@
 //   - [ErrDeadlock]: InnoDB rolled the claim's transaction back as a
 //     deadlock victim; nothing was written, and it is not a refusal:
 //     retry the transaction.
-//   - [ErrLockTimeout]: a fenced transaction waited too long for a row
-//     lock (1205) and was rolled back; not a refusal either.
+//   - [ErrLockTimeout]: a fenced statement waited too long for a row
+//     lock (1205); nothing of the call was written, and a transaction of
+//     the package's own was rolled back; not a refusal either.
 //   - [ErrHoldExpired]: a fenced transaction's lease ended, or it sat
 //     idle past its hold bound; nothing of it committed.
 //   - [ErrCommitUnknown]: the connection broke while a fenced

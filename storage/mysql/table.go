@@ -583,6 +583,8 @@ func (tb *Table) wrapErr(op, resource string, err error) error {
 			Fix: "check the column names; a missing token column is added with ALTER TABLE " + tb.tbl + " ADD COLUMN " + tb.tok + " BIGINT UNSIGNED NOT NULL DEFAULT 0"}
 	case erLockDeadlock:
 		return fmt.Errorf("mysql: %s %s: %w: %w", op, resource, ErrDeadlock, err)
+	case erLockWaitTimeout:
+		return fmt.Errorf("mysql: %s %s: %w: %w", op, resource, ErrLockTimeout, err)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)

@@ -210,13 +210,15 @@ func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Tok
 
 // wrapErr classifies a failed statement on k's table: a missing table or
 // database is a [*SchemaError] that [Tokens.Migrate] fixes, a deadlock
-// wraps [ErrDeadlock].
+// wraps [ErrDeadlock], a lock wait timeout [ErrLockTimeout].
 func (k *Tokens) wrapErr(op string, err error) error {
 	switch serverErr(err) {
 	case erNoSuchTable, erBadDB, erBadField:
 		return &SchemaError{Object: k.name, Err: err, Fix: k.migrateFix()}
 	case erLockDeadlock:
 		return fmt.Errorf("mysql: %s %s: %w: %w", op, k.name, ErrDeadlock, err)
+	case erLockWaitTimeout:
+		return fmt.Errorf("mysql: %s %s: %w: %w", op, k.name, ErrLockTimeout, err)
 	}
 	return fmt.Errorf("mysql: %s %s: %w", op, k.name, err)
 }

@@ -17,11 +17,16 @@ import (
 )
 
 var (
-	// ErrLockTimeout: a statement of a fenced transaction waited longer
-	// than the session's innodb_lock_wait_timeout for a row lock (error
-	// 1205), usually the claim waiting for the holder of the same
-	// resource. The transaction was rolled back; nothing of it was
-	// written. Like [ErrDeadlock] it is not a refusal of the token.
+	// ErrLockTimeout: a fenced statement waited longer than the
+	// session's innodb_lock_wait_timeout for a row lock (error 1205),
+	// usually a claim waiting for the holder of the same resource.
+	// Nothing of the call was written: a transaction of this package's
+	// own ([Tokens.Tx], [Tokens.TxAll], and Delete, Upsert or Returning
+	// on a *sql.DB or *sql.Conn) was rolled back; in a caller's *sql.Tx
+	// the server rolled back the statement and this package its
+	// savepoint, and the rest of the transaction is the caller's to end
+	// (the whole of it is rolled back under innodb_rollback_on_timeout).
+	// Like [ErrDeadlock] it is not a refusal of the token.
 	ErrLockTimeout = errors.New("mysql: lock wait timeout, transaction rolled back")
 	// ErrCommitUnknown: the connection was lost while the COMMIT of a
 	// fenced transaction was on its way, so whether it committed is not

@@ -3,10 +3,12 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/fenceguard/fenceguard/storage/mysql"
+	"github.com/fenceguard/fenceguard/token"
 )
 
 // A fenced transaction holding one resource blocks no claim of another:
@@ -42,5 +44,68 @@ func TestTxHoldsOnlyItsOwnMark(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A fenced statement outside Tx that waits past innodb_lock_wait_timeout
+// (1205) is ErrLockTimeout, as inside Tx — not stale, not an unclassified
+// error — and writes nothing: a Fence claim, an Update, an Update with
+// Returning, a Delete and Upsert's insert, on a connection of their own
+// or in a caller's transaction that then commits.
+func TestLockWaitTimeoutOutsideTx(t *testing.T) {
+	db, items := newMigratedItems(t)
+	ctx := ctxFor(t, time.Minute)
+	exec(t, db, `INSERT INTO items (id, stock, fence_token) VALUES (10, 0, 0)`)
+	if err := mysql.NewFence(db).Claim(ctx, "held", 1); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback()
+	// Rows 1 and 10 and the gap between them (REPEATABLE READ), and the mark.
+	exec(t, blocker, `SELECT id FROM items WHERE id <= 10 FOR UPDATE`,
+		`SELECT token FROM fence_tokens WHERE resource = 'held' FOR UPDATE`)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exec(t, conn, `SET SESSION innodb_lock_wait_timeout = 1`)
+	var stock int
+	calls := map[string]func(mysql.DB) error{
+		"claim":  func(d mysql.DB) error { return mysql.NewFence(d).Claim(ctx, "held", 2) },
+		"update": func(d mysql.DB) error { return items.Update(ctx, d, 1, 2, mysql.Add("stock", -1)) },
+		"returning": func(d mysql.DB) error {
+			return items.Update(ctx, d, 1, 2, mysql.Add("stock", -1), mysql.Returning("stock", &stock))
+		},
+		"delete": func(d mysql.DB) error { return items.Delete(ctx, d, 1, 2) },
+		"upsert": func(d mysql.DB) error { return items.Upsert(ctx, d, 5, 2, mysql.Set("stock", 1)) },
+	}
+	for name, call := range calls {
+		if err := call(conn); !errors.Is(err, mysql.ErrLockTimeout) || errors.Is(err, token.ErrStale) {
+			t.Errorf("%s on a connection: %v, want ErrLockTimeout", name, err)
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := call(tx); !errors.Is(err, mysql.ErrLockTimeout) {
+			t.Errorf("%s in a caller's transaction: %v, want ErrLockTimeout", name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM items WHERE fence_token <> 0 OR stock <> 10 AND id = 1 OR id NOT IN (1, 10)`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows written by calls that timed out (%v)", n, err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM fence_tokens WHERE resource <> 'held' OR token <> 1`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d marks written by calls that timed out (%v)", n, err)
 	}
 }
