@@ -10,9 +10,18 @@
 //
 // A cell is one locker (memlock, redis, redis-cluster, redis-sentinel,
 // redlock, etcd, zk, zk-ensemble) under one nemesis (below); the matrix
-// holds every pair that applies (29 cells). A cell runs 20 times by default
-// (the redis-sentinel and zk-ensemble cells 5). Every run exercises every enforcer at once, each on
-// its own copy of the run's two items:
+// holds every pair that applies (29 cells). A cell runs 6 times by
+// default, 3 times each variant of the forced schedule (the redis-sentinel
+// and zk-ensemble cells 3 times): each control shows the lost update in
+// every run by construction, so more runs sample more of the faults'
+// timing without making the controls any surer. A long run gives
+// -faults.runs (every cell, the slow ones included, then runs that many
+// times) or -faults.soak, and a -timeout to match:
+//
+//	FENCEGUARD_REQUIRE_SERVERS=1 go test -race -timeout 60m -run TestFaults -v ./integration/faults -faults.runs=20
+//
+// Every run exercises every enforcer at once, each on its own copy of the
+// run's two items:
 //
 //   - pg-column: storage/postgres column mode, the claim in the statement
 //     that reads or writes;
@@ -120,7 +129,7 @@
 // are left out: they exercise the client and the proxies, nothing the
 // cluster does differently from the redis cells.
 //
-// Replicated lock services (nemesis_ensemble_test.go), 5 runs a cell
+// Replicated lock services (nemesis_ensemble_test.go), 3 runs a cell
 // unless -faults.runs is given: redis-sentinel is redislock through a
 // go-redis Sentinel client (a primary, a replica, three sentinels) under
 // kill — replication is stalled before c1 locks, the primary is killed,

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	flagRuns     = flag.Int("faults.runs", 20, "runs per cell (at most 2 with -short)")
+	flagRuns     = flag.Int("faults.runs", 6, "runs per cell (at most 2 with -short; the redis-sentinel and zk-ensemble cells 3 unless given); 20 or more for a long run")
 	flagSoak     = flag.Duration("faults.soak", 0, "a soak run: keep running every cell for this long, at least -faults.runs times")
 	flagParallel = flag.Int("faults.parallel", 6, "cells running at once")
 	flagCells    = flag.String("faults.cells", "", "run only the cells (locker/nemesis, e.g. \"redis/pause\") this regexp matches")

@@ -28,11 +28,12 @@ const (
 	zkEnsembleLock    = "zk-ensemble"
 )
 
-// ensembleRunsMax bounds these cells' runs by default: a Sentinel kill run
-// waits for a failover and for the old primary's demotion and resync (~15 s),
-// an ensemble kill for an election. -faults.runs above the default still
-// applies in full, as does -faults.soak.
-const ensembleRunsMax = 5
+// ensembleRunsMax bounds these cells' runs by default, to half the other
+// cells' (rounded up, so both variants of the schedule run): a Sentinel
+// kill run waits for a failover and for the old primary's demotion and
+// resync (~15 s), an ensemble kill for an election. -faults.runs, when
+// given, applies to them in full, as does -faults.soak.
+const ensembleRunsMax = 3
 
 func init() {
 	matrix = append(matrix,
