@@ -103,6 +103,47 @@ func TestTxAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 	wg.Wait()
 }
 
+// On a small high-water table, where a set covers most of its rows, the
+// optimizer would read the marks with a full scan, and that locking read,
+// under REPEATABLE READ, locked the rows of other sets as it went, out of
+// the claims' order: TxAll over overlapping sets must not deadlock there
+// either.
+func TestTxAllOverlappingSetsOnASmallTableDoNotDeadlock(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, 2*time.Minute)
+	resources := []string{"\x00", "A", "Z", "a", "a ", "b", "\x80x", "\xff"}
+	for _, r := range resources {
+		if err := marks.Fence(db).Claim(ctx, r, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var next atomic.Uint64
+	var deadlocks atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				tok := token.Token(next.Add(1) + 1)
+				c := map[string]token.Token{}
+				for _, i := range rand.Perm(len(resources))[:2+rand.IntN(5)] {
+					c[resources[i]] = tok
+				}
+				err := marks.TxAll(ctx, db, c, func(*sql.Tx) error { return nil })
+				switch {
+				case errors.Is(err, mysql.ErrDeadlock):
+					deadlocks.Add(1)
+				case err != nil && !errors.Is(err, token.ErrStale):
+					t.Errorf("TxAll: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := deadlocks.Load(); n > 0 {
+		t.Errorf("%d of 160 TxAll calls deadlocked", n)
+	}
+}
+
 // TxAll's claims waiting for a holder of one of its resources past the
 // context's time are ErrLockTimeout, not stale, and move no mark.
 func TestTxAllLockWaitTimeout(t *testing.T) {
