@@ -207,8 +207,9 @@
 // zk (the four at once), a holder process moving 10 from A to B is frozen
 // with SIGSTOP between its read and its write, past its 2 s lease; the
 // test is then granted both locks, moves 5 from B to A and must commit
-// within 10 s, the holder still frozen; then the holder is continued and
-// writes.
+// within 10 s, the holder still frozen (asking for the locks again, within
+// the 10 s, when it loses its own lease before its transfer ended); then
+// the holder is continued and writes.
 // Fenced, the transfers run in storage/postgres TxAll: the server ended
 // the frozen transaction at its lease's end, the holder's transfer is
 // refused (ErrHoldExpired; a *token.StaleError would do too, and the log
