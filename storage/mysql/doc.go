@@ -107,6 +107,13 @@
 // LAST_INSERT_ID() to the mark it found; on a *sql.Conn or *sql.Tx of
 // your own, read an AUTO_INCREMENT id before claiming, not after.
 //
+// The session must autocommit, as the server does by default: a claim,
+// an Update or a Read's claim on a *sql.DB or *sql.Conn is one statement
+// that commits on its own. With autocommit=0 (a DSN parameter, or
+// init_connect) it would stay in a transaction that nothing commits: the
+// call reports the token accepted, and the mark is lost with the
+// connection.
+//
 // Acceptance, an equal token included, is decided by the claim's write
 // under the row's exclusive lock on the server the DB is connected to,
 // never by a read: on a read-only replica every claim fails rather than
