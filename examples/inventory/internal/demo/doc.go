@@ -5,9 +5,10 @@
 //
 // # The schedule
 //
-// Every worker runs gated (see package worker): after each read it reports
-// the read and waits for the demo's acknowledgement, which the demo sends at
-// once — except for the victim (w1), at its first read after FreezeAfter
+// Every worker runs gated (see package worker): it starts selling when the
+// demo lets it, once every worker is up, so all of them queue for the lock
+// from the start; after each read it reports the read and waits for the
+// demo's acknowledgement, which the demo sends at once — except for the victim (w1), at its first read after FreezeAfter
 // sales with stock left: the demo stops it with SIGSTOP, waits until the
 // kernel reports it stopped, and only then acknowledges, so the ack waits in
 // the pipe and the worker can only have read, not written. The whole

@@ -305,6 +305,9 @@ type runner struct {
 	inside    map[int]bool // workers let into their critical section and not yet out
 	held      []int        // workers granted the lock, waiting for the victim's write
 	stock     int          // the stock the others' last sale left
+
+	ready []int // workers up and waiting to start, until all are (see begin)
+	begun bool  // every worker started running was let go
 }
 
 type proc struct {
@@ -363,6 +366,7 @@ func (r *runner) run(ctx context.Context, base, sku string) (err error) {
 			case m.exited:
 				alive--
 				r.exited(m)
+				r.begin(alive)
 			case m.junk != "":
 				r.o.Log.Debug("worker wrote a line that is no event", "worker", m.id, "line", m.junk)
 			default:
@@ -370,6 +374,7 @@ func (r *runner) run(ctx context.Context, base, sku string) (err error) {
 				if err := r.handle(*m.ev); err != nil {
 					return err
 				}
+				r.begin(alive)
 				if r.phase == frozen && pauseOver == nil && !r.pauseOver {
 					pauseOver = time.After(r.o.Pause)
 					pauseLong = time.After(r.o.MaxPause)
@@ -398,6 +403,21 @@ func (r *runner) run(ctx context.Context, base, sku string) (err error) {
 	return nil
 }
 
+// begin lets the workers go once every one still running is up: they
+// queue for the lock together, so none is still starting (a process start
+// can take seconds on a loaded machine) while the others sell the stock
+// out before the victim has read.
+func (r *runner) begin(alive int) {
+	if r.begun || len(r.ready) < alive {
+		return
+	}
+	r.begun = true
+	for _, id := range r.ready {
+		r.ack(id)
+	}
+	r.ready = nil
+}
+
 // advance moves the schedule on when its condition holds.
 func (r *runner) advance() error {
 	f := &r.res.Freeze
@@ -417,6 +437,12 @@ func (r *runner) advance() error {
 func (r *runner) handle(e worker.Event) error {
 	f := &r.res.Freeze
 	switch e.Kind {
+	case worker.Ready:
+		if r.begun {
+			r.ack(e.Worker)
+		} else {
+			r.ready = append(r.ready, e.Worker)
+		}
 	case worker.Acquired:
 		if r.phase == frozen && e.Worker != victim && f.Takeover == nil {
 			ev := e

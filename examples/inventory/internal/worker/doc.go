@@ -6,8 +6,9 @@
 // A worker reports what it does as [Event]s, one JSON object per line on
 // its standard output, for the demo that runs it as a process: lease
 // acquired, read, written, refused, lease released or lost, with tokens and
-// times. Gated (Config.Gate), it waits after each grant and after each read
-// until a line arrives on its standard input: the demo's acknowledgement.
+// times. Gated (Config.Gate), it waits before its first sale (reporting
+// that it is ready), after each grant and after each read until a line
+// arrives on its standard input: the demo's acknowledgement.
 // That lets the demo freeze the process with SIGSTOP at exactly one point —
 // after the read, before the write — and fix the order of the accesses
 // around it (see package demo).

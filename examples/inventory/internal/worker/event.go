@@ -14,6 +14,7 @@ type Kind string
 
 // The events a worker reports.
 const (
+	Ready    Kind = "ready"    // gated only: the worker is up and waits for an ack before its first sale (Gate)
 	Acquired Kind = "acquired" // the lock was granted: Token; Gate when the worker now waits for an ack
 	Read     Kind = "read"     // the item was read (and claimed): Token, Stock; Gate as for Acquired
 	Wrote    Kind = "wrote"    // the stock was written: Token, Stock (the new stock) — one unit sold

@@ -147,9 +147,9 @@ type Worker struct {
 	Clients []*service.Client
 	next    int
 	Events  *Encoder
-	// Acks, when set, gates the worker: after each grant and each read it
-	// waits for a value (or for the channel to close, which ends the
-	// worker).
+	// Acks, when set, gates the worker: before its first sale (a Ready
+	// event), and after each grant and each read, it waits for a value (or
+	// for the channel to close, which ends the worker).
 	Acks <-chan struct{}
 	// Log receives what goes wrong. Default slog.Default().
 	Log *slog.Logger
@@ -163,6 +163,15 @@ var errDemoGone = errors.New("worker: gate closed")
 func (w *Worker) Run(ctx context.Context) error {
 	if w.Log == nil {
 		w.Log = slog.Default()
+	}
+	if w.Acks != nil {
+		w.emit(Event{Kind: Ready, Gate: true})
+		if err := w.wait(ctx); err != nil {
+			if errors.Is(err, errDemoGone) {
+				return err
+			}
+			return nil
+		}
 	}
 	for ctx.Err() == nil {
 		soldOut, err := w.sellOne(ctx)

@@ -155,9 +155,9 @@ func TestRunSellsOut(t *testing.T) {
 	}
 }
 
-// Gated, a worker stops after the grant and after the read until it is
-// acknowledged; a newer holder that claims the item in between makes its
-// write come back refused, with the item's mark.
+// Gated, a worker stops before its first sale, after the grant and after
+// the read until it is acknowledged; a newer holder that claims the item in
+// between makes its write come back refused, with the item's mark.
 func TestGateAndStaleWrite(t *testing.T) {
 	s := newShop(t, 5)
 	pr, pw := io.Pipe()
@@ -170,6 +170,19 @@ func TestGateAndStaleWrite(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	e := next(t, ch)
+	if e.Kind != worker.Ready || !e.Gate {
+		t.Fatalf("first event %+v, want a gated ready", e)
+	}
+	select {
+	case e := <-ch:
+		t.Fatalf("event %+v before the ack", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if m, err := s.store.HighWater(ctx, "lamp"); err != nil || m != 0 {
+		t.Fatalf("mark %v, %v before the worker's first ack; want 0: it sold nothing yet", m, err)
+	}
+	acks <- struct{}{}
+	e = next(t, ch)
 	if e.Kind != worker.Acquired || !e.Gate {
 		t.Fatalf("first event %+v, want a gated grant", e)
 	}
