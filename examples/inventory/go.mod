@@ -11,8 +11,10 @@ require (
 	github.com/fenceguard/fenceguard/locks/redislock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/locks/zklock v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/metrics/prom v0.0.0-00010101000000-000000000000
+	github.com/fenceguard/fenceguard/storage/mysql v0.0.0-00010101000000-000000000000
 	github.com/fenceguard/fenceguard/storage/postgres v0.0.0-00010101000000-000000000000
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.23.2
@@ -24,6 +26,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -94,5 +97,6 @@ replace (
 	github.com/fenceguard/fenceguard/locks/redislock => ../../locks/redislock
 	github.com/fenceguard/fenceguard/locks/zklock => ../../locks/zklock
 	github.com/fenceguard/fenceguard/metrics/prom => ../../metrics/prom
+	github.com/fenceguard/fenceguard/storage/mysql => ../../storage/mysql
 	github.com/fenceguard/fenceguard/storage/postgres => ../../storage/postgres
 )

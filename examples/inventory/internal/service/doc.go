@@ -40,6 +40,8 @@
 //     statement (storage/postgres.Table) that checks and advances the row's
 //     own mark — the strong setup, safe across any number of service
 //     processes over one database.
+//   - [MySQLStore]: the same on MySQL or MariaDB (storage/mysql.Table);
+//     a fenced read is the claim's statement, then the read.
 //   - [MemoryStore]: each item's mark is checked and advanced under the
 //     store's mutex, in the critical section of the access. Strong within
 //     this one process, which is the only one that holds the items anyway.

@@ -27,7 +27,8 @@ import (
 type stateStore struct {
 	service.Store
 	// marks counts the marks kept anywhere: the items' own, and, on
-	// PostgreSQL, every row of fence_tokens but the floor of pruned marks.
+	// PostgreSQL and MySQL, every row of fence_tokens (on PostgreSQL, but
+	// the floor of pruned marks).
 	marks func(t *testing.T) int
 }
 
@@ -52,6 +53,17 @@ func statefulStores(t *testing.T, f func(t *testing.T, s stateStore)) {
 		f(t, stateStore{Store: s, marks: func(t *testing.T) int {
 			var n int
 			err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM fence_tokens WHERE resource <> '') + (SELECT count(*) FROM items WHERE fence_token > 0)`).Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		s, db := myStore(t)
+		f(t, stateStore{Store: s, marks: func(t *testing.T) int {
+			var n int
+			err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM fence_tokens) + (SELECT COUNT(*) FROM items WHERE fence_token > 0)`).Scan(&n)
 			if err != nil {
 				t.Fatal(err)
 			}

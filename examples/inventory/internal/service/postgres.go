@@ -28,10 +28,7 @@ type DB interface {
 // to fence_tokens: the middleware in front claims nothing (see [New]), and
 // the store never deletes rows, which is what Table's tombstones there are
 // for.
-type PostgresStore struct {
-	db    DB
-	items *postgres.Table
-}
+type PostgresStore struct{ sqlStore }
 
 // NewPostgresStore creates what the store needs in db unless it exists — the
 // items table with its token column, and storage/postgres's own tables
@@ -56,91 +53,66 @@ func NewPostgresStore(ctx context.Context, db DB) (*PostgresStore, error) {
 	if err := items.AddTokenColumn(ctx, db); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	return &PostgresStore{db: db, items: items}, nil
+	return &PostgresStore{sqlStore{
+		r:     pgRows{db: db, items: items},
+		setup: "column-mode enforcer on the row (one statement per access; httpmw checks the token first)",
+	}}, nil
 }
 
-// Fencing implements [Store].
-func (s *PostgresStore) Fencing() Fencing {
-	return Fencing{Setup: "column-mode enforcer on the row (one statement per access; httpmw checks the token first)"}
+// pgRows runs [PostgresStore]'s statements.
+type pgRows struct {
+	db    DB
+	items *postgres.Table
 }
 
-// Get implements [Store].
-func (s *PostgresStore) Get(ctx context.Context, sku string, t token.Token) (Item, error) {
-	it := Item{SKU: sku}
-	var err error
-	if t.IsZero() {
-		err = s.db.QueryRow(ctx, `SELECT stock FROM items WHERE sku = $1`, sku).Scan(&it.Stock)
-	} else {
-		err = s.items.Read(ctx, s.db, sku, t, []string{"stock"}, &it.Stock)
-	}
-	return it, storeErr(err)
+func (p pgRows) selectStock(ctx context.Context, sku string) (int, error) {
+	var stock int
+	err := p.db.QueryRow(ctx, `SELECT stock FROM items WHERE sku = $1`, sku).Scan(&stock)
+	return stock, err
 }
 
-// SetStock implements [Store].
-func (s *PostgresStore) SetStock(ctx context.Context, sku string, stock int, t token.Token) (Item, error) {
-	if t.IsZero() {
-		tag, err := s.db.Exec(ctx, `UPDATE items SET stock = $2 WHERE sku = $1`, sku, stock)
-		if err == nil && tag.RowsAffected() == 0 {
-			err = ErrNotFound
-		}
-		return Item{SKU: sku, Stock: stock}, storeErr(err)
-	}
-	err := s.items.Update(ctx, s.db, sku, t, postgres.Set("stock", stock))
-	return Item{SKU: sku, Stock: stock}, storeErr(err)
+func (p pgRows) updateStock(ctx context.Context, sku string, stock int) (int64, error) {
+	tag, err := p.db.Exec(ctx, `UPDATE items SET stock = $2 WHERE sku = $1`, sku, stock)
+	return tag.RowsAffected(), err
 }
 
-// Sell implements [Store]. Fenced, it is one statement on the row —
-// UPDATE items SET stock = stock - 1 WHERE sku = $1 AND stock > 0, with
-// the token check and the claim in it (storage/postgres's Add and Where) —
-// so a sale needs no read first, and a stale holder, a missing item and a
-// sold-out one are three different answers. Sold out, the row is claimed
-// all the same: the holder saw the stock.
-func (s *PostgresStore) Sell(ctx context.Context, sku string, t token.Token) error {
-	if t.IsZero() {
-		tag, err := s.db.Exec(ctx, `UPDATE items SET stock = stock - 1 WHERE sku = $1 AND stock > 0`, sku)
-		if err == nil && tag.RowsAffected() == 0 { // sold out, or no such item
-			err = s.db.QueryRow(ctx, `SELECT stock FROM items WHERE sku = $1`, sku).Scan(new(int))
-			if err == nil {
-				err = ErrSoldOut
-			}
-		}
-		return storeErr(err)
-	}
-	err := s.items.Update(ctx, s.db, sku, t, postgres.Add("stock", -1), postgres.Where("stock > 0"))
-	if errors.Is(err, postgres.ErrCondition) {
-		return fmt.Errorf("%w (%w)", ErrSoldOut, err)
-	}
-	return storeErr(err)
+func (p pgRows) decrement(ctx context.Context, sku string) (int64, error) {
+	tag, err := p.db.Exec(ctx, `UPDATE items SET stock = stock - 1 WHERE sku = $1 AND stock > 0`, sku)
+	return tag.RowsAffected(), err
 }
 
-// Put implements [Store]. It leaves the item's mark alone: a mark never goes
-// down, or a stale holder could use the reset.
-func (s *PostgresStore) Put(ctx context.Context, sku string, stock int) (Item, error) {
-	_, err := s.db.Exec(ctx, `INSERT INTO items (sku, stock) VALUES ($1, $2)
+func (p pgRows) upsert(ctx context.Context, sku string, stock int) error {
+	_, err := p.db.Exec(ctx, `INSERT INTO items (sku, stock) VALUES ($1, $2)
 		ON CONFLICT (sku) DO UPDATE SET stock = EXCLUDED.stock`, sku, stock)
-	return Item{SKU: sku, Stock: stock}, storeErr(err)
-}
-
-// HighWater implements [Store]: the row's mark.
-func (s *PostgresStore) HighWater(ctx context.Context, sku string) (token.Token, error) {
-	var mark token.Token
-	err := s.db.QueryRow(ctx, `SELECT fence_token FROM items WHERE sku = $1`, sku).Scan(&mark)
-	return mark, storeErr(err)
-}
-
-// Ping implements [Store].
-func (s *PostgresStore) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
-
-func storeErr(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, postgres.ErrNoRow) {
-		return ErrNotFound
-	}
 	return err
 }
 
-// ResetMark implements [Store]: the row's own mark (and its tombstone, if
-// the row was deleted), reset and logged by storage/postgres.
-func (s *PostgresStore) ResetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
-	prev, err := s.items.Reset(ctx, s.db, sku, to)
-	return prev, storeErr(err)
+func (p pgRows) mark(ctx context.Context, sku string) (token.Token, error) {
+	var mark token.Token
+	err := p.db.QueryRow(ctx, `SELECT fence_token FROM items WHERE sku = $1`, sku).Scan(&mark)
+	return mark, err
 }
+
+func (p pgRows) ping(ctx context.Context) error { return p.db.Ping(ctx) }
+
+func (p pgRows) readStock(ctx context.Context, sku string, t token.Token) (int, error) {
+	var stock int
+	err := p.items.Read(ctx, p.db, sku, t, []string{"stock"}, &stock)
+	return stock, err
+}
+
+func (p pgRows) setStock(ctx context.Context, sku string, stock int, t token.Token) error {
+	return p.items.Update(ctx, p.db, sku, t, postgres.Set("stock", stock))
+}
+
+func (p pgRows) sell(ctx context.Context, sku string, t token.Token) error {
+	return p.items.Update(ctx, p.db, sku, t, postgres.Add("stock", -1), postgres.Where("stock > 0"))
+}
+
+// resetMark resets the row's own mark (and its tombstone, if the row was
+// deleted), logged by storage/postgres.
+func (p pgRows) resetMark(ctx context.Context, sku string, to token.Token) (token.Token, error) {
+	return p.items.Reset(ctx, p.db, sku, to)
+}
+
+func (pgRows) noRow(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -124,8 +124,9 @@ func New(o Options) (http.Handler, error) {
 		// The middleware parses the token and runs the Check (the clock
 		// bound, then the lock service's word): what it refuses never
 		// reaches a store. It claims nothing: the store claims, in the
-		// same statement (PostgreSQL) or critical section (memory) as the
-		// access, so the mark moves only on an access that happens — not
+		// same statement (SQL; a MySQL read claims just before it) or
+		// critical section (memory) as the access, so the mark moves
+		// only on an access that happens — not
 		// on a bad body, an unknown item or a name the handler refuses —
 		// and a fenced request costs one commit, not two. See the package
 		// doc, "Fencing".

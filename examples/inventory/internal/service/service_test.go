@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/service"
 	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/mysqlserver"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/httpmw"
 	"github.com/fenceguard/fenceguard/token"
@@ -26,7 +28,8 @@ import (
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
-// stores runs f against each store: memory, and PostgreSQL from the harness.
+// stores runs f against each store: memory, and PostgreSQL and MariaDB
+// from the harness.
 func stores(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) service.Store)) {
 	t.Run("memory", func(t *testing.T) {
 		f(t, func(*testing.T) service.Store { return service.NewMemoryStore() })
@@ -34,6 +37,25 @@ func stores(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) servi
 	t.Run("postgres", func(t *testing.T) {
 		f(t, func(t *testing.T) service.Store { return pgStore(t) })
 	})
+	t.Run("mysql", func(t *testing.T) {
+		f(t, func(t *testing.T) service.Store { s, _ := myStore(t); return s })
+	})
+}
+
+// myStore returns a MySQLStore on a fresh database, and the pool under it.
+func myStore(t *testing.T) (*service.MySQLStore, *sql.DB) {
+	t.Helper()
+	my := mysqlserver.Shared(t)
+	db, err := sql.Open("mysql", my.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := service.NewMySQLStore(context.Background(), db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, db
 }
 
 func pgStore(t *testing.T) *service.PostgresStore {
@@ -202,20 +224,33 @@ func TestPathSpellingsMeetOneFence(t *testing.T) {
 // when the row has seen a higher token (here raised behind the service's
 // back), and the client gets the middleware's kind of 409.
 func TestStoreRefusesBehindMiddleware(t *testing.T) {
-	pg := pgserver.Shared(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	store, err := service.NewPostgresStore(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("postgres", func(t *testing.T) {
+		pg := pgserver.Shared(t)
+		pool, err := pgxpool.New(ctx, pg.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		store, err := service.NewPostgresStore(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusesBehindMiddleware(t, store, func(q string) error { _, err := pool.Exec(ctx, q); return err })
+	})
+	t.Run("mysql", func(t *testing.T) {
+		store, db := myStore(t)
+		refusesBehindMiddleware(t, store, func(q string) error { _, err := db.ExecContext(ctx, q); return err })
+	})
+}
+
+// refusesBehindMiddleware raises the row's mark with exec and checks the
+// service's answer to a lower token.
+func refusesBehindMiddleware(t *testing.T, store service.Store, exec func(string) error) {
+	ctx := context.Background()
 	srv := newServer(t, store, false)
 	call(t, srv, "PUT", "/admin/items/lamp", "", `{"stock": 5}`)
-	if _, err := pool.Exec(ctx, `UPDATE items SET fence_token = 50 WHERE sku = 'lamp'`); err != nil {
+	if err := exec(`UPDATE items SET fence_token = 50 WHERE sku = 'lamp'`); err != nil {
 		t.Fatal(err)
 	}
 	r := call(t, srv, "PUT", "/items/lamp/stock", "20", `{"stock":4}`)

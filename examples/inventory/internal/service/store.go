@@ -13,7 +13,8 @@ var ErrNotFound = errors.New("inventory: no such item")
 // ErrSoldOut: the item's stock is 0, so [Store.Sell] sold nothing.
 var ErrSoldOut = errors.New("inventory: sold out")
 
-// MaxStock is the largest stock an item can hold (a PostgreSQL integer).
+// MaxStock is the largest stock an item can hold (a PostgreSQL integer, a
+// MySQL INT).
 const MaxStock = 1<<31 - 1
 
 // Item is one stock-keeping unit.
@@ -27,7 +28,7 @@ type Item struct {
 // Get, SetStock and Sell take the lock holder's token, and every store
 // enforces it itself: a non-zero token claims the item in the same atomic
 // step as the access — one column-mode statement on the row
-// ([PostgresStore]), one critical section under the store's mutex
+// ([PostgresStore], [MySQLStore]), one critical section under the store's mutex
 // ([MemoryStore]) — and the access is refused with a *token.StaleError when
 // a higher token has claimed the item. So the mark moves only on an access
 // that happens: a missing item ([ErrNotFound]) is claimed by nobody and
