@@ -105,20 +105,29 @@ func (in *instance) ready(t *testing.T) {
 	}
 }
 
-// Three `serve` processes over one PostgreSQL, the workers addressing them
-// in turn (a critical section's read and write go to different
-// instances): the demo's guarantees are those of one instance — the
-// control run oversells, the fenced run never does, and the frozen
-// holder's late write is refused by whichever instance it reaches.
+// Three `serve` processes over one database, PostgreSQL or MariaDB, the
+// workers addressing them in turn (a critical section's read and write go
+// to different instances): the demo's guarantees are those of one
+// instance — the control run oversells, the fenced run never does, and
+// the frozen holder's late write is refused by whichever instance it
+// reaches.
 func TestSeveralInstances(t *testing.T) {
-	pg := pgserver.Shared(t)
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			severalInstances(t, d.url(t))
+		})
+	}
+}
+
+func severalInstances(t *testing.T, dbURL string) {
 	etcd := etcdserver.Shared(t)
 	lock := backend.LockConfig{Kind: backend.Etcd, Etcd: etcd.Endpoints, Prefix: etcd.Prefix}
 	const n = 3
 	start := func(extra ...string) []*instance {
 		var ins []*instance
 		for range n { // all at once: their migrations must queue, not race
-			ins = append(ins, startServe(t, append(append([]string{"--store=postgres", "--database-url=" + pg.DSN}, lock.Args()...), extra...)...))
+			ins = append(ins, startServe(t, append(append([]string{"--database-url=" + dbURL}, lock.Args()...), extra...)...))
 		}
 		for _, in := range ins {
 			in.ready(t)

@@ -8,6 +8,9 @@
 //	inventory worker [flags]               one lock-holding seller (the demo starts these)
 //	inventory load   [flags]               serve under hostile load against PostgreSQL, fenced and not (docs/load.md)
 //
+// demo and serve run on PostgreSQL, MySQL or MariaDB (--database-url,
+// --store) or in memory.
+//
 // This file only wires: flags, signals, logs, the HTTP server's lifetime.
 // The service is internal/service, the seller internal/worker, the demo
 // internal/demo, and the choice of lock service and store internal/backend.
@@ -212,7 +215,9 @@ func selfCommand(args []string) *exec.Cmd {
 }
 
 func storeFlags(fs *flag.FlagSet, sc *backend.StoreConfig) {
-	fs.StringVar(&sc.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL)")
+	fs.StringVar(&sc.URL, "database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL connection string, or mysql://user:password@host:port/database for MySQL or MariaDB (default $DATABASE_URL)")
 	fs.StringVar(&sc.Mode, "store", backend.StoreAuto,
-		"auto: the database URL, else a throwaway local PostgreSQL, else memory; postgres: no memory fallback; memory")
+		"auto: the database URL, else a throwaway local PostgreSQL, else memory; postgres: no memory fallback; "+
+			"mysql: a mysql:// URL or a go-sql-driver/mysql DSN, else a throwaway local MariaDB; memory")
 }

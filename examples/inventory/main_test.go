@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/mysqlserver"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
 
@@ -39,22 +43,52 @@ func command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// databases are the stores the demo and serve are tested on, each in
+// parallel with the others: the name the demo prints, and the database
+// URL of a fresh database (a mysql:// URL for MySQL, as a user gives it).
+var databases = []struct {
+	name string
+	url  func(t *testing.T) string
+}{
+	{"PostgreSQL", func(t *testing.T) string { return pgserver.Shared(t).DSN }},
+	{"MariaDB", mysqlURL},
+}
+
+// mysqlURL returns a mysql:// URL of a fresh database on the harness's
+// MariaDB (or the MySQL of FENCEGUARD_MYSQL_DSN).
+func mysqlURL(t *testing.T) string {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(mysqlserver.Shared(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (&url.URL{Scheme: "mysql", User: url.UserPassword(cfg.User, cfg.Passwd), Host: cfg.Addr, Path: "/" + cfg.DBName}).String()
+}
+
 // The demo end to end, as a newcomer runs it but shorter: embedded etcd,
-// PostgreSQL (from the harness, through DATABASE_URL's flag), worker
-// processes, the table, the counters, the timeline, exit status 0.
+// PostgreSQL and MariaDB (from the harness, through DATABASE_URL's flag),
+// worker processes, the table, the counters, the timeline, exit status 0.
 func TestDemoCommand(t *testing.T) {
-	pg := pgserver.Shared(t)
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			demoCommand(t, d.name, d.url(t))
+		})
+	}
+}
+
+func demoCommand(t *testing.T, dbName, dbURL string) {
 	svg := filepath.Join(t.TempDir(), "timeline.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := command(ctx, "demo", "--workers=3", "--stock=8", "--ttl=2s", "--pause=2.2s", "--work=20ms",
-		"--timeline="+svg, "--database-url="+pg.DSN).CombinedOutput()
+		"--timeline="+svg, "--database-url="+dbURL).CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	text := string(out)
 	for _, want := range []string{
-		"etcd 3.7, embedded", "PostgreSQL", "column-mode enforcer",
+		"etcd 3.7, embedded", "store         " + dbName, "column-mode enforcer",
 		"frozen with SIGSTOP", "ACCEPTED, undoing", "REFUSED, 409 stale-token",
 		"units oversold", "fenceguard_claims_total", "without fencing:", "with fencing: nothing oversold",
 	} {

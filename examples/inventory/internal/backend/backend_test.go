@@ -4,13 +4,17 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/fenceguard/fenceguard/harness"
+	"github.com/fenceguard/fenceguard/harness/mysqlserver"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 )
 
@@ -91,7 +95,78 @@ func TestOpenStore(t *testing.T) {
 			t.Fatalf("%s left behind (%v)", dir, err)
 		}
 	})
+	// A mysql:// URL picks MySQL in auto mode; a go-sql-driver DSN needs
+	// the mode named.
+	t.Run("mysql", func(t *testing.T) {
+		my := mysqlserver.Shared(t)
+		cfg, err := gomysql.ParseDSN(my.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
+		for _, c := range []StoreConfig{{URL: u}, {Mode: StoreMySQL, URL: my.DSN}} {
+			s, err := OpenStore(ctx, c, log)
+			if err != nil {
+				t.Fatalf("%+v: %v", c, err)
+			}
+			if !strings.HasPrefix(s.Desc, "MariaDB ") && !strings.HasPrefix(s.Desc, "MySQL ") {
+				t.Errorf("desc %q", s.Desc)
+			}
+			if _, err := s.Put(ctx, "lamp", 3); err != nil {
+				t.Error(err)
+			}
+			s.Close()
+		}
+		if _, err := OpenStore(ctx, StoreConfig{Mode: StorePostgres, URL: u}, log); err == nil {
+			t.Error("--store=postgres took a mysql:// URL")
+		}
+	})
 	if _, err := OpenStore(ctx, StoreConfig{Mode: "sqlite"}, log); err == nil {
 		t.Error("unknown mode accepted")
+	}
+}
+
+func TestMySQLConfig(t *testing.T) {
+	for _, c := range []struct {
+		in                        string
+		user, pass, addr, db, ipp string // ipp: interpolateParams, "" for false
+	}{
+		{"mysql://app:s%40cr%3At@db.example:3307/shop", "app", "s@cr:t", "db.example:3307", "shop", "true"},
+		{"MySQL://app@db/shop?interpolateParams=false&timeout=5s", "app", "", "db:3306", "shop", ""},
+		{"mysql://root:pw@[::1]/my%20db", "root", "pw", "[::1]:3306", "my db", "true"},
+		{"app:pw@tcp(127.0.0.1:3306)/shop?parseTime=true", "app", "pw", "127.0.0.1:3306", "shop", ""},
+	} {
+		cfg, err := MySQLConfig(c.in)
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+			continue
+		}
+		ipp := ""
+		if cfg.InterpolateParams {
+			ipp = "true"
+		}
+		if cfg.User != c.user || cfg.Passwd != c.pass || cfg.Addr != c.addr || cfg.DBName != c.db || ipp != c.ipp {
+			t.Errorf("%s: user %q pass %q addr %q db %q interpolateParams %v", c.in, cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName, cfg.InterpolateParams)
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{"", "no database URL"},
+		{"postgres://app:secret@db/shop", "postgres:// URL is not MySQL's"},
+		{"mysql://app:secret@/shop", "names no host"},
+		{"mysql://app:secret@db", "must name one database"},
+		{"mysql://app:secret@db/", "must name one database"},
+		{"mysql://app:secret@db/a/b", "must name one database"},
+		{"mysql://app:secret@db:port/shop", "bad database URL"},
+		{"mysql://app:secret@db/shop?timeout=soon", "parameters"},
+		{"app:secret@db/shop", "data source name"},
+		{"app:secret@tcp(db)/", "names no database"},
+	} {
+		_, err := MySQLConfig(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error saying %q", c.in, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%q: the error repeats the password: %v", c.in, err)
+		}
 	}
 }

@@ -16,15 +16,19 @@ import (
 
 // Store modes for StoreConfig.Mode.
 const (
-	StoreAuto     = "auto"     // database URL, else throwaway local PostgreSQL, else memory
+	StoreAuto     = "auto"     // database URL (PostgreSQL, or MySQL for a mysql:// URL), else throwaway local PostgreSQL, else memory
 	StorePostgres = "postgres" // database URL, else throwaway local PostgreSQL, else fail
+	StoreMySQL    = "mysql"    // database URL or go-sql-driver DSN, else throwaway local MariaDB, else fail
 	StoreMemory   = "memory"
 )
 
 // StoreConfig selects the store.
 type StoreConfig struct {
-	Mode string // StoreAuto (default), StorePostgres or StoreMemory
-	URL  string // a PostgreSQL connection string (DATABASE_URL)
+	Mode string // StoreAuto (default), StorePostgres, StoreMySQL or StoreMemory
+	// URL is the database: a PostgreSQL connection string, or a mysql://
+	// URL (see [MySQLConfig]); with StoreMySQL, also a go-sql-driver/mysql
+	// data source name. Typically DATABASE_URL.
+	URL string
 }
 
 // Store is an opened store. Close it when done.
@@ -52,11 +56,20 @@ func (s *Store) Close() error {
 // log receives what the throwaway server's start costs.
 func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (*Store, error) {
 	switch c.Mode {
-	case "", StoreAuto, StorePostgres:
+	case "", StoreAuto:
+		if IsMySQLURL(c.URL) {
+			return openMySQLStore(ctx, c, log)
+		}
+	case StorePostgres:
+		if IsMySQLURL(c.URL) {
+			return nil, errors.New("--store=postgres with a mysql:// database URL: use --store=mysql (or auto)")
+		}
+	case StoreMySQL:
+		return openMySQLStore(ctx, c, log)
 	case StoreMemory:
 		return &Store{Store: service.NewMemoryStore(), Desc: "in memory (this process)"}, nil
 	default:
-		return nil, fmt.Errorf("unknown store %q: want auto, postgres or memory", c.Mode)
+		return nil, fmt.Errorf("unknown store %q: want auto, postgres, mysql or memory", c.Mode)
 	}
 	if c.URL != "" {
 		s, err := openPostgres(ctx, c.URL, "from the database URL")

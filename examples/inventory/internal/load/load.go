@@ -35,6 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceguard/fenceguard/examples/inventory/internal/backend"
 	"github.com/fenceguard/fenceguard/examples/inventory/internal/child"
 	"github.com/fenceguard/fenceguard/harness/pgserver"
 	"github.com/fenceguard/fenceguard/token"
@@ -66,6 +67,9 @@ func Main(ctx context.Context, args []string, command func([]string) *exec.Cmd, 
 	fs.StringVar(&c.URL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL, else a throwaway local server)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if backend.IsMySQLURL(c.URL) {
+		return errors.New("load: runs against PostgreSQL only; a mysql:// database URL is for demo and serve")
 	}
 	if c.Control < 0 {
 		c.Control = c.Duration
