@@ -185,6 +185,7 @@ func TestClusterFailoverTokensGrow(t *testing.T) {
 // MOVED after it: no call fails, the in-test checker sees one holder at a
 // time, and tokens grow.
 func TestClusterReshardWhileLocking(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, 2*time.Minute)
 	prefix, key := clusterPrefix(), "L"

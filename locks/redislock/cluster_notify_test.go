@@ -59,6 +59,7 @@ func numSub(t *testing.T, ctx context.Context, s *harness.Server, channel string
 // control, the locker with one subscriber on whichever node (as before),
 // leaves two masters without theirs.
 func TestClusterWaitersListenOnTheirMaster(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 0)
 	ctx := ctxFor(t, time.Minute)
 	for _, control := range []bool{false, true} {
@@ -138,6 +139,7 @@ func TestClusterWaitersListenOnTheirMaster(t *testing.T) {
 // (a master that failed over keeps no reader redialling it), and a later
 // waiter opens one again.
 func TestClusterIdleSubscribersClose(t *testing.T) {
+	// Not parallel: the linger is every Locker's.
 	defer redislock.SetNotifierLinger(200 * time.Millisecond)()
 	c := redisserver.NewCluster(t, 3, 0)
 	ctx := ctxFor(t, time.Minute)

@@ -79,6 +79,7 @@ func (d *cutDialer) Cut() {
 // The conformance suites of the Locker and the Fence, through a
 // ClusterClient on a 3-master cluster with a replica each.
 func TestClusterConformance(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 1)
 	var mu sync.Mutex
 	prefixes := map[locks.Locker]string{}
@@ -129,6 +130,7 @@ func lockKeyNames(prefix, name string, tagged bool) []string {
 // whose keys would be spread over several masters without the tag — and
 // no key of it is anywhere else.
 func TestClusterLockKeysShareASlot(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, time.Minute)
 	prefix := clusterPrefix()
@@ -210,6 +212,7 @@ func TestClusterLockKeysShareASlot(t *testing.T) {
 // slots would fail with CROSSSLOT); a prefix with a hash tag of its own
 // puts every lock in that tag's slot.
 func TestClusterBracesInNamesAndPrefixes(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 1)
 	ctx := ctxFor(t, time.Minute)
 	cc := newClusterClient(t, c, nil)
@@ -416,6 +419,7 @@ func TestClusterFenceWAITReachesTheKeysMaster(t *testing.T) {
 // four keys in one EVAL through the ClusterClient get TRYAGAIN midway, after
 // go-redis's own retries.
 func TestClusterLockCallsWaitForMigration(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 2, 0)
 	// go-redis's defaults: it retries TRYAGAIN and follows ASK 3 times,
 	// within milliseconds; the migration stays midway for a second.

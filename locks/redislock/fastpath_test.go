@@ -20,6 +20,7 @@ import (
 // and a malformed counter or offset fails, granting nothing, with the
 // stored value left as it was.
 func TestAcquireFastPathEdges(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
@@ -169,6 +170,7 @@ func TestAcquireFastPathEdges(t *testing.T) {
 
 // The five names of a lock come from one string; each is what it says.
 func TestKeysFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range [][2]string{{"p:", "k"}, {"", ""}, {"fenceguard:lock:", "a}b{c"}, {"x", "ünï"}} {
 		k := keysFor(tc[0], tc[1])
 		base := tc[0] + "{" + tc[1] + "}"

@@ -23,6 +23,7 @@ import (
 // through the replica. Before the fix the replica's script saw its mark 5,
 // equal, wrote nothing and accepted.
 func TestFenceOnReplicaFailsClosed(t *testing.T) {
+	t.Parallel()
 	r := redisserver.NewReplica(t, redisserver.New(t))
 	ctx := ctxFor(t, time.Minute)
 	master := redislock.NewFence(newClient(t, r.Master.Addr()), redislock.FenceOptions{})
@@ -107,6 +108,7 @@ func (h *history) claim(t *testing.T, f *redislock.Fence, where string, tok toke
 // accepted after it. With Replicas 1 the claim of 6 fails while the
 // replica is cut off, so no acknowledged claim is lost.
 func TestFenceFailover(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, replicas int) (*history, error) {
 		r := redisserver.NewReplica(t, redisserver.New(t))
 		master := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: replicas})
@@ -158,6 +160,7 @@ func TestFenceFailover(t *testing.T) {
 // With the replicas connected, claims wait for them and are accepted,
 // equal ones too; stale ones are refused.
 func TestFenceReplicasAcknowledge(t *testing.T) {
+	t.Parallel()
 	r := redisserver.NewReplica(t, redisserver.New(t))
 	ctx := ctxFor(t, time.Minute)
 	f := redislock.NewFence(waitClient(t, r.Master.Addr()), redislock.FenceOptions{Replicas: 1, Logger: discard})
@@ -193,6 +196,7 @@ func TestFenceReplicasAcknowledge(t *testing.T) {
 // Every reset is logged at Warn with the resource and both marks, through
 // the fence's logger; a claim writes no log.
 func TestFenceResetIsAudited(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	var buf bytes.Buffer
@@ -232,6 +236,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // A mark that holds something else than a token (written by hand) refuses
 // every claim and is left as it is; Reset replaces it.
 func TestFenceCorruptMark(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	c := newClient(t, db.Addr)

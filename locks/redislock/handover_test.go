@@ -204,6 +204,7 @@ type acquired struct {
 //
 // Before the fix, Acquire returned T1 while X held the lock, in every round.
 func TestStaleWakeUpIsNotAGrant(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	direct := newClient(t, db.Addr)
@@ -297,6 +298,7 @@ func TestStaleWakeUpIsNotAGrant(t *testing.T) {
 // request, and an uncontended acquire is one request: the check of stale
 // wake-ups costs nothing on the normal paths.
 func TestHandOverRoundTrips(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	direct := newClient(t, db.Addr)

@@ -17,6 +17,7 @@ import (
 // Deadline plus the delay: the waiter never holds the lock while the
 // renewed grant still counts.
 func TestRenewRacingTheLockDelayKeepsWaitersOut(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	const ttl, delay = 20 * time.Millisecond, 30 * time.Millisecond

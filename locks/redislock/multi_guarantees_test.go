@@ -63,6 +63,7 @@ func (x *exclusionLog) leave(leases []locks.Lease) {
 // TryAcquire, on the same keys and at the same time, never hold a key
 // twice, and every key's tokens grow across both paths.
 func TestTryAcquireAllExcludesSingleGrants(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	keys := []string{"a", "b", "c", "d"}
@@ -160,6 +161,7 @@ func redisState(t *testing.T, ctx context.Context, c *redis.Client, prefix strin
 // A refused TryAcquireAll writes nothing: no lock of the free keys, no
 // counter moved, no queue entry, whichever key of the set is the held one.
 func TestTryAcquireAllRefusalLeavesRedisUntouched(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, 30*time.Second)
@@ -216,6 +218,7 @@ func TestTryAcquireAllRefusalLeavesRedisUntouched(t *testing.T) {
 // set until the grant's Deadline plus the delay, and the set is granted
 // once it is over; a waiter queued before the expiry waits as long.
 func TestTryAcquireAllHonoursLockDelay(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, 30*time.Second)
 	const delay = 1200 * time.Millisecond
@@ -276,6 +279,7 @@ func TestTryAcquireAllHonoursLockDelay(t *testing.T) {
 // AcquireAll cut short at any point — waiting for the first key, between
 // keys, in a release hand-over — leaves no key of the set held or queued.
 func TestAcquireAllCancelledLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -340,6 +344,7 @@ func slicesShuffled(r *rand.Rand, s []string) []string {
 // A lease of a set deleted behind its back (an operator, an eviction)
 // cancels the set's context with a cause naming that key.
 func TestLeasesContextNamesTheKeyLost(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, 30*time.Second)
@@ -381,6 +386,7 @@ func TestLeasesContextNamesTheKeyLost(t *testing.T) {
 // A TryAcquireAll whose context ends while its script is in flight —
 // granted or not — leaves no lock behind once its clean-up has run.
 func TestTryAcquireAllCutShortLeavesNoLock(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)

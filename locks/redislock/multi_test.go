@@ -94,6 +94,7 @@ func releaseAll(t *testing.T, ctx context.Context, leases []locks.Lease) {
 }
 
 func TestTryAcquireAllGrantsEveryKeyInOneScript(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := &countingClient{Client: newClient(t, db.Addr)}
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -155,6 +156,7 @@ func TestTryAcquireAllGrantsEveryKeyInOneScript(t *testing.T) {
 // the others changed — no lock, counter or queue key written — so later
 // grants go on as if the try had never been.
 func TestTryAcquireAllHeldKeyTakesNothing(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -236,6 +238,7 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 func TestTryAcquireAllRefusesBadArguments(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := &countingClient{Client: newClient(t, db.Addr)}
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -268,6 +271,7 @@ func TestTryAcquireAllRefusesBadArguments(t *testing.T) {
 // while the reply is on its way leaves nothing held once the script's
 // command has finished (its clean-up hands each lock on).
 func TestTryAcquireAllCancelledLeavesNothing(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	direct := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -323,6 +327,7 @@ func TestTryAcquireAllCancelledLeavesNothing(t *testing.T) {
 // Through package guard: a set tried in one round trip, and refused as a
 // whole while a key is held.
 func TestGuardTriesASetInOneScript(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := &countingClient{Client: newClient(t, db.Addr)}
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -358,6 +363,7 @@ func TestGuardTriesASetInOneScript(t *testing.T) {
 // (package guard then takes them one by one); keys sharing a hash tag are
 // tried in one script.
 func TestClusterTryAcquireAllNeedsOneSlot(t *testing.T) {
+	t.Parallel()
 	cl := redisserver.NewCluster(t, 3, 0)
 	ctx := ctxFor(t, time.Minute)
 	cc := &countingCluster{ClusterClient: newClusterClient(t, cl, nil)}
@@ -409,6 +415,7 @@ func TestClusterTryAcquireAllNeedsOneSlot(t *testing.T) {
 // tags are refused before anything is sent, keys of one tag are tried in
 // one script.
 func TestRingTryAcquireAllNeedsOneTag(t *testing.T) {
+	t.Parallel()
 	srvs := redisserver.NewN(t, 2)
 	ctx := ctxFor(t, time.Minute)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s0": srvs[0].Addr(), "s1": srvs[1].Addr()}})
@@ -429,6 +436,7 @@ func TestRingTryAcquireAllNeedsOneTag(t *testing.T) {
 // A set's locks keep the lock-delay like a single grant's: the lock keys
 // live TTL + LockDelay.
 func TestTryAcquireAllKeepsTheLockDelay(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix, LockDelay: 5 * time.Second})

@@ -16,6 +16,7 @@ import (
 // registration returns only once its own SUBSCRIBE is confirmed, and then
 // receives what is published.
 func TestNotifierRegisterAfterTheLastWaiterLeft(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr})
 	t.Cleanup(func() { c.Close() })
@@ -64,6 +65,7 @@ func (r deadRouter) MasterForKey(context.Context, string) (*redis.Client, error)
 // does not fail the waiter: it subscribes through the Cluster client
 // instead, and hears the release.
 func TestMasterNotifierFallsBackWhenTheMasterIsGone(t *testing.T) {
+	t.Parallel()
 	c := redisserver.NewCluster(t, 3, 0)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: c.Dialer(), MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })

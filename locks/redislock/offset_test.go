@@ -31,6 +31,7 @@ return out
 // sum of two tokens, up to 20 digits), with carries and borrows through
 // every digit.
 func TestDecimalAddSubExact(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
@@ -91,6 +92,7 @@ return {tok or '', why or '', v or ''}
 // counter, "counter:offset" ("counter" alone: none); a value that is not
 // that, with both numbers in 1..MaxToken, fails and is left as it was.
 func TestMintOffsetEdges(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: db.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })

@@ -28,6 +28,7 @@ import (
 //
 //	FENCEGUARD_PERF_ADDR=127.0.0.1:6399 go test -run TestScriptCost -v .
 func TestScriptCost(t *testing.T) {
+	t.Parallel()
 	addr, rounds, n := os.Getenv("FENCEGUARD_PERF_ADDR"), 5, 20000
 	if addr == "" {
 		addr, rounds, n = redisserver.New(t).Addr(), 1, 2000

@@ -3,9 +3,11 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,9 +29,29 @@ import (
 // sleeps a second between tries and notices its client's Close only when
 // it wakes (the Unreachable conformance test leaves one behind).
 func TestMain(m *testing.M) {
+	setParallel()
 	redisserver.ExamplesNeed()
 	examplesFromEnv()
 	harness.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+// parallel is how many tests run at once unless -test.parallel says
+// otherwise. Most tests wait on TTLs, failovers and timers, each on keys of
+// its own or servers of its own, rather than use the CPU: go test's default
+// of GOMAXPROCS would leave a 2-core machine mostly idle.
+const parallel = 4
+
+// setParallel makes -test.parallel default to parallel rather than
+// GOMAXPROCS.
+func setParallel() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			panic(err)
+		}
+	}
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -58,6 +80,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	lockstest.Run(t, lockstest.Config{
 		NewLocker: func(t *testing.T) locks.Locker {
 			db := redisserver.Shared(t)
@@ -90,6 +113,7 @@ func TestConformance(t *testing.T) {
 // Redis restarted without persistence loses the counter; so does FLUSHALL.
 // The clock floor must keep the next token above every earlier one.
 func TestTokensSurviveLostCounters(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := newClient(t, srv.Addr())
 	l := newLocker(t, c, redislock.Options{})
@@ -146,6 +170,7 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 // within the TTL; a holder elsewhere then gets a larger token, and the cut
 // holder's late release must not touch it.
 func TestConnectionCutLosesLease(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	proxy := harness.NewProxy(t, db.Addr)
 	cutOff := newLocker(t, newClient(t, proxy.Addr()), redislock.Options{Prefix: db.Prefix})
@@ -198,6 +223,7 @@ func TestConnectionCutLosesLease(t *testing.T) {
 // may believe they hold the lock with one token, and the state must be
 // consistent: exactly one holder, whose renewals work.
 func TestServerPausedPastTTL(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	const ttl = 500 * time.Millisecond
 	la := newLocker(t, newClient(t, srv.Addr()), redislock.Options{})
@@ -256,6 +282,7 @@ func TestServerPausedPastTTL(t *testing.T) {
 
 // Waiters are served in the order they queued, across lockers (processes).
 func TestWaitersServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -302,6 +329,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // A waiter that dies in the queue (no heartbeat, no abandon) may hold up the
 // others for at most WaiterTTL.
 func TestDeadWaiterDoesNotBlockQueue(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -339,6 +367,7 @@ func TestDeadWaiterDoesNotBlockQueue(t *testing.T) {
 // Idle keys do not pile up: after release nothing but the counter and its
 // heal offset remain, and both expire after CounterIdle.
 func TestIdleKeysExpire(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -368,6 +397,7 @@ func TestIdleKeysExpire(t *testing.T) {
 }
 
 func TestHeal(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
@@ -402,6 +432,7 @@ func TestHeal(t *testing.T) {
 }
 
 func TestIssuedBoundsGrantedTokens(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)
@@ -430,6 +461,7 @@ func TestIssuedBoundsGrantedTokens(t *testing.T) {
 // The contract, with tokens beyond 2^53 (where Lua's doubles could not tell
 // neighbours apart; the script compares strings).
 func TestFenceConformance(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		db := redisserver.Shared(t)
 		f := redislock.NewFence(newClient(t, db.Addr), redislock.FenceOptions{Prefix: db.Prefix, Check: check, Logger: discard})
@@ -442,6 +474,7 @@ func TestFenceConformance(t *testing.T) {
 // be refused if its token is lower: the accepted tokens form a monotone
 // sequence in real time. The final mark is the largest token presented.
 func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	type claim struct {
@@ -490,6 +523,7 @@ func TestFenceConcurrentClaimsAreMonotone(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, o := range []redislock.Options{{WaiterTTL: time.Millisecond}, {CounterIdle: time.Millisecond},
@@ -504,6 +538,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func TestClosedLocker(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	ctx := ctxFor(t, time.Minute)

@@ -17,6 +17,7 @@ import (
 // answers never go down — across hand-overs, expiry, FLUSHALL, a restart
 // without persistence, and a heal below the clock.
 func TestSequencerNeverDecreases(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := newClient(t, srv.Addr())
 	l := newLocker(t, c, redislock.Options{})
@@ -160,6 +161,7 @@ func TestSequencerNeverDecreases(t *testing.T) {
 // Issued, admits tokens above H's (it is the clock), so a forger could lock
 // H out.
 func TestSequencerCheckRefusesForgery(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	ctx := ctxFor(t, time.Minute)
@@ -227,6 +229,7 @@ func TestSequencerCheckRefusesForgery(t *testing.T) {
 }
 
 func TestSequencerBadInput(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	if _, err := redislock.NewSequencer(newClient(t, db.Addr), db.Prefix).Current(ctx, ""); !errors.Is(err, locks.ErrInvalidArgument) {
@@ -248,6 +251,7 @@ func TestSequencerBadInput(t *testing.T) {
 // (the lock looks free there), above the holder's token — a forged token
 // in between would pass token.SequencerCheck and lock the holder out.
 func TestSequencerRefusesReplica(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	rep := redisserver.NewReplica(t, srv)
 	ctx := ctxFor(t, 30*time.Second)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestSlotOfIsRedisClusterKeySlot(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{
 		"", "a", "b", "fg:lock:{a}", "fg:lock:{{order:7}:a}", "{}", "{}x", "x{}y{z}",
 		"{order:7}:b", "123456789", "fenceguard:lock:{job:report}:tok", "\xff{\x00}",

@@ -24,6 +24,7 @@ import (
 // lets errors out rather than retrying them itself until the deadline —
 // the root cause: the last attempt's connection refused.
 func TestGuardAcquireWithRedisDown(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		o         redis.Options
@@ -68,6 +69,7 @@ func TestGuardAcquireWithRedisDown(t *testing.T) {
 }
 
 func TestGuardRefusesTTLBelowMinimum(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	l := newLocker(t, newClient(t, db.Addr), redislock.Options{Prefix: db.Prefix})
 	if l.MinTTL() != time.Millisecond {
@@ -98,6 +100,7 @@ func noRetries(o redis.Options) redis.Options {
 // ContextTimeoutEnabled, as the package doc asks (without it the calls run
 // into DialTimeout, 5s).
 func TestCallsCutShortMatchTheDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -143,6 +146,7 @@ func TestCallsCutShortMatchTheDeadline(t *testing.T) {
 // and the acquire's clean-up follows its grant, so the lock is free again.
 // Close waits for those commands.
 func TestCallsReturnAtCancel(t *testing.T) {
+	t.Parallel()
 	srv := redisserver.New(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, PoolSize: 32, ReadTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })

@@ -113,6 +113,7 @@ func healedGrants(t *testing.T, ctx context.Context, a, b *redislock.Locker, c *
 // exactly, with a chosen clock, in TestMintOffsetEdges and
 // TestDecimalAddSubExact.)
 func TestTokensExactPast2To53(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	a := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -129,6 +130,7 @@ func TestTokensExactPast2To53(t *testing.T) {
 // nothing granted or queued; Heal refuses the ceiling. Deleting the
 // counter and its offset is the way back.
 func TestTokenCeiling(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	a := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -208,6 +210,7 @@ func TestTokenCeiling(t *testing.T) {
 // never read as a number: acquires fail with an error and grant nothing;
 // Heal, Issued and Current fail too.
 func TestCorruptCounterFailsClosed(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -239,6 +242,7 @@ func TestCorruptCounterFailsClosed(t *testing.T) {
 // another token (a later grant to the same waiting Acquire) neither
 // extends nor frees it.
 func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -282,6 +286,7 @@ func TestRenewReleaseNeedTheExactGrant(t *testing.T) {
 // Healed to MaxHeal, the very next grant is refused; Issued and Current
 // stay at MaxToken; deleting the counter and the offset is the way back.
 func TestHealOffsetCeiling(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
@@ -343,6 +348,7 @@ func TestHealOffsetCeiling(t *testing.T) {
 // Control: the same with the offset stripped by hand — the second grant
 // repeats the lost grant's token, and a fence admits both holders.
 func TestHealedTokenGrowsAcrossLostGrant(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	c := newClient(t, db.Addr)
 	l := newLocker(t, c, redislock.Options{Prefix: db.Prefix})
