@@ -80,5 +80,18 @@ func serverErr(err error) uint16 {
 	return 0
 }
 
+// cutOff marks err, the failure of a statement on db, as of unknown
+// outcome when ctx ended while the statement ran and the statement
+// commits on its own (db is not a *sql.Tx): the driver closes the
+// connection, but the server does not stop a statement whose client went
+// away — a lock wait included — and applies it once it can. In a
+// transaction the lost connection rolls the statement back with the rest.
+func cutOff(ctx context.Context, db DB, err error) error {
+	if _, inTx := db.(*sql.Tx); inTx || err == nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w (ctx ended while the statement ran: the server may still apply it): %w", ErrCommitUnknown, err)
+}
+
 // isDeadlock reports whether err is InnoDB's deadlock error.
 func isDeadlock(err error) bool { return serverErr(err) == erLockDeadlock }

@@ -144,8 +144,9 @@
 //   - [ErrHoldExpired]: a fenced transaction's lease ended, or it sat
 //     idle past its hold bound; nothing of it committed.
 //   - [ErrCommitUnknown]: the connection broke while a fenced
-//     transaction's COMMIT was on its way; it may or may not have
-//     committed.
+//     transaction's COMMIT was on its way, or ctx ended while a statement
+//     that commits on its own was on the server (which may still apply
+//     it); it may or may not have taken effect.
 //
 // Any other error means the claim could not be made: treat it as a
 // refusal, never as acceptance.

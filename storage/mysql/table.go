@@ -414,7 +414,7 @@ func (tb *Table) runUpdate(ctx context.Context, db DB, op, resource string, key 
 	for range maxAttempts {
 		res, err := db.ExecContext(ctx, st.text, args...)
 		if err != nil {
-			return tb.wrapErr(op, resource, err)
+			return cutOff(ctx, db, tb.wrapErr(op, resource, err))
 		}
 		outcome, err := res.LastInsertId()
 		if err != nil {

@@ -170,7 +170,7 @@ func (k *Tokens) claim(ctx context.Context, db DB, resource string, t token.Toke
 	u := uint64(t)
 	res, err := db.ExecContext(ctx, k.claimSQL, resource, u, u, u, u)
 	if err != nil {
-		return k.wrapErr("claim "+resource+" in", err)
+		return cutOff(ctx, db, k.wrapErr("claim "+resource+" in", err))
 	}
 	prev, err := res.LastInsertId()
 	if err != nil {
@@ -202,7 +202,7 @@ func (k *Tokens) Reset(ctx context.Context, db DB, resource string, to token.Tok
 		prev, err = res.LastInsertId()
 	}
 	if err != nil {
-		return 0, k.wrapErr("reset "+resource+" in", err)
+		return 0, cutOff(ctx, db, k.wrapErr("reset "+resource+" in", err))
 	}
 	enforce.LogReset(ctx, k.logger, "mysql", resource, token.Token(uint64(prev)), to)
 	return token.Token(uint64(prev)), nil

@@ -29,7 +29,11 @@ var (
 	// Like [ErrDeadlock] it is not a refusal of the token.
 	ErrLockTimeout = errors.New("mysql: lock wait timeout, transaction rolled back")
 	// ErrCommitUnknown: the connection was lost while the COMMIT of a
-	// fenced transaction was on its way, so whether it committed is not
+	// fenced transaction was on its way, or ctx ended while a statement
+	// that commits on its own ran (a claim, an Update, a Read's claim or
+	// a Reset on a *sql.DB or *sql.Conn: the server does not stop a
+	// statement whose client went away, a lock wait included, and may
+	// apply it after the call returned), so whether it took effect is not
 	// known. Read the data back before retrying.
 	ErrCommitUnknown = errors.New("mysql: commit outcome unknown")
 	// ErrHoldExpired: the fenced transaction's hold bound struck (its

@@ -109,3 +109,53 @@ func TestLockWaitTimeoutOutsideTx(t *testing.T) {
 		t.Errorf("%d marks written by calls that timed out (%v)", n, err)
 	}
 }
+
+// A statement that commits on its own and is waiting for a row lock when
+// ctx ends is not stopped by the connection closing: the server applies
+// it once the lock is free. A Fence claim, an Update and a Reset cut off
+// that way on a pool or a connection report ErrCommitUnknown, never a
+// plain failure, since the write may land after they return.
+func TestCancelledLockWaitOutsideTxIsCommitUnknown(t *testing.T) {
+	db, items := newMigratedItems(t)
+	ctx := ctxFor(t, time.Minute)
+	marks, err := mysql.NewTokens(mysql.TokensOptions{Check: token.NoCheck(), Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := marks.Fence(db).Claim(ctx, "held", 1); err != nil {
+		t.Fatal(err)
+	}
+	newConn := func() *sql.Conn {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	calls := map[string]func(context.Context) error{
+		"claim on the pool":  func(c context.Context) error { return marks.Fence(db).Claim(c, "held", 2) },
+		"claim on a conn":    func(c context.Context) error { return marks.Fence(newConn()).Claim(c, "held", 2) },
+		"update on the pool": func(c context.Context) error { return items.Update(c, db, 1, 2, mysql.Add("stock", -1)) },
+		"update on a conn":   func(c context.Context) error { return items.Update(c, newConn(), 1, 2, mysql.Add("stock", -1)) },
+		"read":               func(c context.Context) error { return items.Read(c, db, 1, 2, []string{"stock"}, new(int)) },
+		"reset":              func(c context.Context) error { _, err := marks.Reset(c, db, "held", 2); return err },
+	}
+	for name, call := range calls {
+		blocker, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, blocker, `SELECT id FROM items WHERE id = 1 FOR UPDATE`,
+			`SELECT token FROM fence_tokens WHERE resource = 'held' FOR UPDATE`)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err = call(cctx)
+		cancel()
+		if !errors.Is(err, mysql.ErrCommitUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s, cut off in a lock wait: %v, want ErrCommitUnknown and DeadlineExceeded", name, err)
+		}
+		if err := blocker.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
