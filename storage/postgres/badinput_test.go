@@ -17,6 +17,7 @@ import (
 // writes nothing: the tables are compared before and after each, and fn of
 // a refused Tx never runs.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	exec(t, pool,

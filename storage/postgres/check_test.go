@@ -62,6 +62,7 @@ func forgedSetup(t *testing.T) (*countingDB, func() string) {
 // check on every path, before anything is sent, and moves no mark: not the
 // row's, not a tombstone, not a resource's. Honest holders carry on.
 func TestForgedRefused(t *testing.T) {
+	t.Parallel()
 	const forged = token.Token(1) << 62
 	db, state := forgedSetup(t)
 	items := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id"})
@@ -157,6 +158,7 @@ func TestForgedRefused(t *testing.T) {
 // accepted, and from then on every honest holder is refused — the lockout
 // the default check prevents.
 func TestForgedWithoutCheck(t *testing.T) {
+	t.Parallel()
 	const forged = token.Token(1) << 62
 	db, _ := forgedSetup(t)
 	ctx := ctxFor(t, time.Minute)
@@ -192,6 +194,7 @@ var errUndecided = errors.New("the sequencer did not answer")
 // and the token (the context's, when none is passed); its refusal comes
 // back as it returned it, and anything else it returns refuses too.
 func TestCustomCheck(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool,

@@ -17,6 +17,7 @@ import (
 // high-water table, Table.AddTokenColumn for a missing token column, and
 // so on, whichever operation runs into it.
 func TestSchemaErrorNamesTheFix(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t) // not migrated
 	ctx := ctxFor(t, 2*time.Minute)
 	exec(t, pool,
@@ -115,6 +116,7 @@ func TestSchemaErrorNamesTheFix(t *testing.T) {
 // the token explicitly, which would skip the check that caught the
 // mismatch. Nothing is written.
 func TestLockKeyMismatchNamesTheFix(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	accounts := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", LockKey: postgres.LockKeyPrefix("account:")})

@@ -10,6 +10,7 @@ import (
 // fragment renumbers placeholders outside quotes only, and refuses what
 // the server could read differently.
 func TestFragment(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in    string
 		nargs int
@@ -50,6 +51,7 @@ func TestFragment(t *testing.T) {
 }
 
 func TestIdentAt(t *testing.T) {
+	t.Parallel()
 	sql := `UPDATE "items" SET "St""ock" = 1, Stokc = 2, r.Nope = 3, "é" = 4, ö = 5`
 	for _, c := range []struct{ at, want string }{
 		{`"St""ock"`, `St"ock`}, {"Stokc", "stokc"}, {"r.Nope", "nope"}, {`"é"`, "é"}, {"ö", "ö"},

@@ -38,6 +38,7 @@ func condErr(t *testing.T, err error, resource string, tok token.Token) {
 // The three refusals of a conditional Update, told apart: stale, no such
 // row, condition not true; and what each leaves in the row.
 func TestUpdateExprOutcomes(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 2 WHERE id = 1`)
@@ -132,6 +133,7 @@ func TestUpdateExprOutcomes(t *testing.T) {
 // the row lock is seen, and a sale of the last unit committed meanwhile
 // makes the condition false.
 func TestUpdateExprWaitsForCommit(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 1, fence_token = 5 WHERE id = 1`)
@@ -172,6 +174,7 @@ func TestUpdateExprWaitsForCommit(t *testing.T) {
 // holders keep being overtaken; every sale is exactly one unit, and the
 // stock ends at the initial stock minus the sales, never below zero.
 func TestUpdateExprConcurrentSales(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	const stock = 60
@@ -232,6 +235,7 @@ func TestUpdateExprConcurrentSales(t *testing.T) {
 // like SQL are stored or compared as data, or refused with a typed error
 // before anything is sent; the table is unchanged by every refusal.
 func TestUpdateExprHostileInput(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET fence_token = 5 WHERE id = 1`,
@@ -343,6 +347,7 @@ func TestUpdateExprHostileInput(t *testing.T) {
 // A typo in a column name names the column; the key and token columns
 // missing are the schema's fault.
 func TestUnknownColumn(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `CREATE TABLE nofence (id bigint PRIMARY KEY, stock int)`, `INSERT INTO nofence VALUES (1, 10)`)
@@ -386,6 +391,7 @@ func TestUnknownColumn(t *testing.T) {
 // and the NULs between them) is refused, not run as the cached statement
 // with a condition the caller never wrote.
 func TestUpdateExprFragmentCheckedBeforeCache(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 200, fence_token = 5 WHERE id = 1`)

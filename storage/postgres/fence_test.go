@@ -12,6 +12,7 @@ import (
 )
 
 func TestFenceConformance(t *testing.T) {
+	t.Parallel()
 	fencetest.Run(t, func(t *testing.T, check token.Check) fencetest.Subject {
 		pool, _ := setup(t)
 		marks, err := postgres.NewTokens(postgres.TokensOptions{Check: check, Logger: discard})
@@ -25,6 +26,7 @@ func TestFenceConformance(t *testing.T) {
 
 // A Fence on a high-water table of another name.
 func TestFenceOtherTable(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	marks, err := postgres.NewTokens(postgres.TokensOptions{Name: []string{"fencing", "marks"}})

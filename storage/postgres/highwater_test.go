@@ -25,6 +25,7 @@ func tableHighWater(t *testing.T, ctx context.Context, db postgres.DB, tb *postg
 // a row with a tombstone above its mark, the tombstone; a key with
 // neither is no row.
 func TestTableHighWater(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	items := newTable(t, postgres.TableOptions{Name: pgx.Identifier{"items"}, Key: "id", Logger: discard})
@@ -118,6 +119,7 @@ func TestTableHighWater(t *testing.T) {
 // HighWater refuses what Reset refuses for its key and DB, and names a
 // missing table with its fix.
 func TestTableHighWaterBadInput(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	var nilKey *int64

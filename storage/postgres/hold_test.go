@@ -125,6 +125,7 @@ func holdChild() int {
 // kept. The bound is the HoldTimeout, or the context's deadline when that
 // comes first; in both Tx modes.
 func TestTxFrozenHolder(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to see that the child is stopped")
 	}
@@ -138,6 +139,7 @@ func TestTxFrozenHolder(t *testing.T) {
 		{"claim with the first statement, deadline", holdConfig{Lazy: true, Deadline: 2 * time.Second}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a database and a frozen holder process of its own
 			pg := pgserver.Shared(t)
 			pool := poolIn(t, pg.DSN, "UTC")
 			ctx := ctxFor(t, 2*time.Minute)
@@ -202,6 +204,7 @@ func TestTxFrozenHolder(t *testing.T) {
 // the COMMIT, the server's bound still ends the transaction at the
 // lease's end.
 func TestTxFrozenHolderFollowsLease(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to see that the child is stopped")
 	}
@@ -217,6 +220,7 @@ func TestTxFrozenHolderFollowsLease(t *testing.T) {
 		{"claim with the first statement, frozen before COMMIT", holdConfig{Lazy: true, FreezeBeforeCommit: true}, 8 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a database and a frozen holder process of its own
 			pg := pgserver.Shared(t)
 			pool := poolIn(t, pg.DSN, "UTC")
 			ctx := ctxFor(t, 2*time.Minute)
@@ -284,12 +288,14 @@ func TestTxFrozenHolderFollowsLease(t *testing.T) {
 // lease, and the thawed holder's commit fails with ErrHoldExpired —
 // nothing it wrote, and neither of its claims, is kept.
 func TestTxAllFrozenHolderFollowsLease(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to see that the child is stopped")
 	}
 	const lease, freeze = 3 * time.Second, 8 * time.Second
 	for _, lazy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ClaimWithFirstStatement %v", lazy), func(t *testing.T) {
+			t.Parallel() // a database and a frozen holder process of its own
 			pg := pgserver.Shared(t)
 			pool := poolIn(t, pg.DSN, "UTC")
 			ctx := ctxFor(t, 2*time.Minute)
@@ -465,6 +471,7 @@ func (h *holder) wait(t *testing.T) {
 // a tighter setting of the session's, and leaves the caller's own
 // transaction (a nested Tx) alone.
 func TestTxHoldSetting(t *testing.T) {
+	t.Parallel()
 	pg := pgserver.Shared(t)
 	pool := poolIn(t, pg.DSN, "UTC")
 	ctx := ctxFor(t, time.Minute)
@@ -563,6 +570,7 @@ func leaseCtx(ctx context.Context, resource string, t token.Token, end func() ti
 // commits. A lease that has ended refuses the commit, and a lease that
 // ended before the claim sends nothing.
 func TestTxLeaseBoundFollowsRenewals(t *testing.T) {
+	t.Parallel()
 	pg := pgserver.Shared(t)
 	pool := poolIn(t, pg.DSN, "UTC")
 	ctx := ctxFor(t, time.Minute)
@@ -650,6 +658,7 @@ func TestTxLeaseBoundFollowsRenewals(t *testing.T) {
 // a holder that goes idle before its COMMIT, and a lease ending beyond
 // what PostgreSQL can bound does not fail the transaction.
 func TestTxHoldTimeoutBoundsCommitUnderALongLease(t *testing.T) {
+	// Not parallel: the hook before COMMIT is the package's, every Tx's.
 	pg := pgserver.Shared(t)
 	pool := poolIn(t, pg.DSN, "UTC")
 	ctx := ctxFor(t, time.Minute)

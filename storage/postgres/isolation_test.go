@@ -62,6 +62,7 @@ func isoSetup(t *testing.T, level string) (*pgxpool.Pool, *postgres.Table) {
 // runs, so every transaction is either committed or refused as stale —
 // none fails with a serialization error — and no update is lost.
 func TestIsolationLevels(t *testing.T) {
+	t.Parallel()
 	for _, level := range isolationLevels {
 		t.Run(level, func(t *testing.T) {
 			for _, lazy := range []bool{false, true} {
@@ -124,6 +125,7 @@ END $$`,
 // transaction the claim cannot be retried: the error says so and carries
 // the server's 40001.
 func TestIsolationWaitsForCommit(t *testing.T) {
+	t.Parallel()
 	for _, level := range isolationLevels {
 		for _, lazy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s, ClaimWithFirstStatement %v", level, lazy), func(t *testing.T) {

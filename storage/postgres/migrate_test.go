@@ -20,6 +20,7 @@ import (
 // Several instances migrating at once, each on its own connection, on a
 // database where nothing exists yet: all succeed, once each table.
 func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
 	pg := pgserver.Shared(t)
 	ctx := ctxFor(t, time.Minute)
 	custom, err := postgres.NewTokens(postgres.TokensOptions{Name: pgx.Identifier{"fencing", "marks"}})
@@ -81,6 +82,7 @@ func TestMigrateConcurrent(t *testing.T) {
 // program that links it loses the linker's dead-method elimination, since
 // the template engine can call any exported method by name.
 func TestNoTemplateImport(t *testing.T) {
+	t.Parallel()
 	goBin, err := osexec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")

@@ -26,6 +26,7 @@ import (
 // lands — a holder frozen, or the keep-alive goroutine not yet scheduled —
 // which is exactly what the lease end carried in the context is for.
 func TestNestedDoInDoAllKeepsTheSetsLeaseEnd(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -77,6 +78,7 @@ func TestNestedDoInDoAllKeepsTheSetsLeaseEnd(t *testing.T) {
 // reports a's lease end too, and a TxAll over {a, b, c} in it does not
 // commit after a's lease has ended.
 func TestNestedDoAllInDoKeepsTheEnclosingLeaseEnd(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if err := postgres.Migrate(ctx, pool); err != nil {

@@ -46,6 +46,7 @@ func wantStale(t testing.TB, err error, cur token.Token) {
 // Prune deletes idle marks and keeps what they refused: a pruned key, and
 // any key without a mark, is compared with the floor.
 func TestPruneFloor(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -110,6 +111,7 @@ func TestPruneFloor(t *testing.T) {
 // The control: a DELETE of idle marks without a floor lets the token the
 // mark refused back in. Prune, on the same history, does not.
 func TestPruneNaiveDeleteLetsOldTokenIn(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -135,6 +137,7 @@ func TestPruneNaiveDeleteLetsOldTokenIn(t *testing.T) {
 // Column mode's tombstones live in fence_tokens too: pruning one must not
 // let Upsert re-create the deleted row under an older token.
 func TestPruneTombstone(t *testing.T) {
+	t.Parallel()
 	pool, tb := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := tb.Upsert(ctx, pool, int64(2), 10, postgres.Set("stock", 3)); err != nil {
@@ -169,6 +172,7 @@ func TestPruneTombstone(t *testing.T) {
 // which the floor's trigger refuses, because the floor rose in the same
 // commit. Without the trigger (the control) the older token gets in.
 func TestPruneRacingClaim(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		isolation string
@@ -235,6 +239,7 @@ func TestPruneRacingClaim(t *testing.T) {
 // mark not locked is pruned as soon as it is written: no key ever accepts
 // a token below one it accepted before.
 func TestPruneConcurrentClaims(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -299,6 +304,7 @@ func TestPruneConcurrentClaims(t *testing.T) {
 // Prune refuses a table without the floor's trigger: deleting marks there
 // would not be safe.
 func TestPruneNeedsMigrate(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {

@@ -18,6 +18,7 @@ import (
 // while the statement waited for its lock, has a higher mark, or is gone —
 // the answer is still exact: stale with the new mark, or no such row.
 func TestUpdateExprRefusalRowChangedMeanwhile(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	for _, c := range []struct {
@@ -59,6 +60,7 @@ func TestUpdateExprRefusalRowChangedMeanwhile(t *testing.T) {
 // its token; a row that never exists is never anything but ErrNoRow; and
 // units sold are exactly what the stock lost.
 func TestUpdateExprRefusalsConcurrent(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 0 WHERE id = 1`,

@@ -67,6 +67,7 @@ func dumpExcept(t *testing.T, pool *pgxpool.Pool, table, cond string) string {
 // there, and moves nothing else — every other row of both tables is as it
 // was, the other poisoned row and resource included.
 func TestReset(t *testing.T) {
+	t.Parallel()
 	const forged = token.Token(1) << 62
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
@@ -208,6 +209,7 @@ func TestReset(t *testing.T) {
 // A reset is ordered with fenced transactions: it waits for the one that
 // holds the resource, and the holder's commit does not undo it.
 func TestResetWaitsForHolder(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	marks, err := postgres.NewTokens(postgres.TokensOptions{Logger: discard})

@@ -27,6 +27,7 @@ func (s *statements) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 // destinations in the one statement that makes the update: the plain
 // form (values) and the computed form (Add, Where) alike.
 func TestUpdateReturningScansTheUpdatedRow(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	db := &statements{DB: pool}
@@ -77,6 +78,7 @@ func TestUpdateReturningScansTheUpdatedRow(t *testing.T) {
 // stale, no such row, condition not true — and leaves its destination
 // untouched; the condition's refusal still claims the row.
 func TestUpdateReturningRefusals(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := items.Update(ctx, pool, 1, 5, postgres.Set("stock", 2)); err != nil {
@@ -130,6 +132,7 @@ func TestUpdateReturningRefusals(t *testing.T) {
 // but Returning, none in Upsert, no empty column; a column the table does
 // not have fails the statement as a whole.
 func TestUpdateReturningBadInput(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	var stock int

@@ -36,6 +36,7 @@ func eventually(t *testing.T, what string, f func() error) {
 // marks, replicated, to reads — every path fails with the server's
 // read-only error instead of accepting the token the mark already holds.
 func TestHotStandbyFailsClosed(t *testing.T) {
+	t.Parallel()
 	primary := pgserver.New(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	pp, err := pgxpool.New(ctx, pgserver.DSN(primary))

@@ -33,6 +33,7 @@ func stale(t testing.TB, err error, presented, current token.Token) {
 }
 
 func TestTableClaimReadUpdate(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 
@@ -86,6 +87,7 @@ func TestTableClaimReadUpdate(t *testing.T) {
 // 6) reads and writes; A writes what it computed from its stale read. A
 // must be refused, and B's claim alone — before B writes — is enough.
 func TestTableReadModifyWriteRace(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 1 WHERE id = 1`)
@@ -113,6 +115,7 @@ func TestTableReadModifyWriteRace(t *testing.T) {
 // deleted that way is no row; a row deleted and re-created lower is
 // written.
 func TestTableRefusedAfterSnapshot(t *testing.T) {
+	t.Parallel()
 	type op struct {
 		name string
 		run  func(ctx context.Context, db postgres.DB, items *postgres.Table, tok token.Token) error
@@ -186,6 +189,7 @@ func TestTableRefusedAfterSnapshot(t *testing.T) {
 // it, the writes reported accepted must be exactly those committed, and
 // the final row must be the last of the accepted writes in token order.
 func TestTableConcurrentTokens(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	exec(t, pool,
 		`CREATE TABLE hist (seq bigserial PRIMARY KEY, token bigint NOT NULL, note text)`,
@@ -340,6 +344,7 @@ func runWritersN(t *testing.T, writers, perWriter int, writeFn func(ctx context.
 // A deleted row's mark survives as a tombstone: a stale holder cannot
 // re-create the row, a newer one can.
 func TestTableDeleteLeavesTombstone(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := items.Update(ctx, pool, 1, 5, postgres.Set("stock", 3)); err != nil {
@@ -399,6 +404,7 @@ func TestTableDeleteLeavesTombstone(t *testing.T) {
 // tombstone) in commit order: the tokens must never go down, and the row
 // must exist at the end exactly when the last entry is not a delete.
 func TestTableDeleteResurrectRace(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, 3*time.Minute)
 	exec(t, pool,
@@ -513,6 +519,7 @@ END $$`,
 
 // Keys of other types, and names that need quoting.
 func TestTableKeyTypesAndQuoting(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	marks, err := postgres.NewTokens(postgres.TokensOptions{Name: pgx.Identifier{"Fencing; drop", `marks "x"`}})
@@ -595,6 +602,7 @@ func TestTableKeyTypesAndQuoting(t *testing.T) {
 
 // Column mode on one connection and inside a transaction.
 func TestTableOnConnAndTx(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	conn, err := pool.Acquire(ctx)
@@ -630,6 +638,7 @@ func TestTableOnConnAndTx(t *testing.T) {
 // token of another lock is refused as missing, naming both keys, and
 // moves nothing.
 func TestTableTokenFromContext(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := items.Update(token.NewContext(ctx, "items/1", 6), pool, 1, 0, postgres.Set("stock", 5)); err != nil {
@@ -671,6 +680,7 @@ func TestTableTokenFromContext(t *testing.T) {
 // A backend killed in the middle of Delete — tombstone written, row lock
 // awaited — leaves neither the tombstone nor the delete behind.
 func TestTableKilledBackend(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := items.Update(ctx, pool, 1, 4, postgres.Set("stock", 3)); err != nil {
@@ -703,6 +713,7 @@ func TestTableKilledBackend(t *testing.T) {
 }
 
 func TestAddTokenColumn(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool,
@@ -742,6 +753,7 @@ func TestAddTokenColumn(t *testing.T) {
 }
 
 func TestNewTableOptions(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		o    postgres.TableOptions

@@ -17,6 +17,7 @@ import (
 // RangeError and nothing is written; a negative or NULL column does not
 // scan into a Token.
 func TestTokenStoredInABigintColumn(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {

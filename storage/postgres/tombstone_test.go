@@ -50,6 +50,7 @@ type keyCase struct {
 // anything is written, and the types that are accepted refuse the stale
 // re-creation.
 func TestTombstoneKeyTypes(t *testing.T) {
+	t.Parallel()
 	pg := pgserver.Shared(t)
 	utc, tokyo := poolIn(t, pg.DSN, "UTC"), poolIn(t, pg.DSN, "Asia/Tokyo")
 	ctx := ctxFor(t, 2*time.Minute)
@@ -161,6 +162,7 @@ func checkKeyTypeError(t *testing.T, err error, table, typ string) {
 // a text key with a deterministic one unfit too, and Verify says so at
 // start-up; a fit table's Verify passes, once.
 func TestVerify(t *testing.T) {
+	t.Parallel()
 	pool, items := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool,

@@ -37,6 +37,7 @@ func sell(ctx context.Context, tx pgx.Tx) error {
 }
 
 func TestTxCommitsAndRefuses(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Tx(ctx, pool, "sku:1", 5, func(tx pgx.Tx) error { return sell(ctx, tx) }); err != nil {
@@ -73,6 +74,7 @@ func TestTxCommitsAndRefuses(t *testing.T) {
 // The race of docs/design.md in table mode: A's read and A's write are two
 // fenced transactions, and B's claim in between refuses A's write.
 func TestTxReadModifyWriteRace(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	exec(t, pool, `UPDATE items SET stock = 1 WHERE id = 1`)
@@ -109,6 +111,7 @@ func TestTxReadModifyWriteRace(t *testing.T) {
 // A holder paused inside its transaction keeps the resource: a newer
 // holder's transaction waits for it and then sees its write.
 func TestTxSerializesHolders(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	inside, resume := make(chan struct{}), make(chan struct{})
@@ -146,6 +149,7 @@ func TestTxSerializesHolders(t *testing.T) {
 // A refusal decided on a mark committed after the claim's snapshot still
 // reports that mark.
 func TestTxRefusedAfterSnapshot(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.NewFence(pool).Claim(ctx, "sku:1", 3); err != nil {
@@ -176,6 +180,7 @@ func TestTxRefusedAfterSnapshot(t *testing.T) {
 // transactions on one resource; fn logs each write in the same
 // transaction. The checks are those of column mode.
 func TestTxConcurrentTokens(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	exec(t, pool, `CREATE TABLE hist (seq bigserial PRIMARY KEY, token bigint NOT NULL, note text)`)
 	hist := runWriters(t, func(ctx context.Context, tok token.Token, note string, rmw bool) error {
@@ -204,6 +209,7 @@ func TestTxConcurrentTokens(t *testing.T) {
 // fn failing, panicking or outliving its context leaves nothing: neither
 // its writes nor the claim.
 func TestTxRollsBack(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Tx(ctx, pool, "sku:1", 3, func(pgx.Tx) error { return nil }); err != nil {
@@ -287,6 +293,7 @@ func TestTxRollsBack(t *testing.T) {
 // A backend killed in the middle of fn leaves neither fn's first write nor
 // the claim behind.
 func TestTxKilledBackend(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	before := dump(t, pool, "items", "fence_tokens")
@@ -317,6 +324,7 @@ func TestTxKilledBackend(t *testing.T) {
 
 // Tx on one connection, and inside the caller's transaction (a savepoint).
 func TestTxOnConnAndTx(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	c, err := pool.Acquire(ctx)
@@ -372,6 +380,7 @@ func TestTxOnConnAndTx(t *testing.T) {
 // Resource and token come from the context when not passed, the token only
 // for the context's own resource.
 func TestTxFromContext(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := token.NewContext(ctxFor(t, time.Minute), "sku:1", 6)
 	if err := postgres.Tx(ctx, pool, "", 0, func(pgx.Tx) error { return nil }); err != nil {
@@ -394,6 +403,7 @@ func TestTxFromContext(t *testing.T) {
 // Fenced transactions on many resources from many goroutines, to give the
 // race detector and the pool's bookkeeping something to chew on.
 func TestTxManyResources(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	ctx := ctxFor(t, time.Minute)
 	var wg sync.WaitGroup
@@ -420,6 +430,7 @@ func TestTxManyResources(t *testing.T) {
 // What the pgx.Tx given to fn does when BEGIN and the claim travel with
 // fn's first statement (ClaimWithFirstStatement).
 func TestTxPipeline(t *testing.T) {
+	t.Parallel()
 	pool, _ := setup(t)
 	lazy, err := postgres.NewTokens(postgres.TokensOptions{ClaimWithFirstStatement: true})
 	if err != nil {

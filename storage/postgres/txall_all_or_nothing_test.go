@@ -21,6 +21,7 @@ import (
 // others and does not run fn (or, claiming with fn's first statement,
 // commits nothing of it).
 func TestTxAllStaleMemberMovesNoMark(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -76,6 +77,7 @@ func TestTxAllStaleMemberMovesNoMark(t *testing.T) {
 // order, from many goroutines at once, and single-resource ones among
 // them, never deadlock: each waits for the other.
 func TestTxAllOverlappingSetsNeverDeadlock(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -138,6 +140,7 @@ func TestTxAllOverlappingSetsNeverDeadlock(t *testing.T) {
 // token for, or a forged token, refuses the whole set before anything is
 // written.
 func TestTxAllResolvesEachResourceFromAMultiKeyContext(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -186,6 +189,7 @@ func TestTxAllResolvesEachResourceFromAMultiKeyContext(t *testing.T) {
 // A pruned mark still refuses its old holder inside a set: the floor
 // stands for it, and the set's other members do not move.
 func TestTxAllRefusesATokenBelowAPrunedMark(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := ctxFor(t, 30*time.Second)
 	k, err := postgres.NewTokens(postgres.TokensOptions{})

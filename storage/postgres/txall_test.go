@@ -94,6 +94,7 @@ func txAllModes(t *testing.T) []txAllMode {
 // that resource has no mark and its token is below the floor of pruned
 // marks.
 func TestTxAllAllOrNothing(t *testing.T) {
+	t.Parallel()
 	for _, m := range txAllModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			pool := accounts(t)
@@ -173,6 +174,7 @@ func TestTxAllAllOrNothing(t *testing.T) {
 // floor in the same commit, and the refusal names it with the floor as
 // the current mark; the other key's claim is undone with it.
 func TestTxAllPruneRacingClaim(t *testing.T) {
+	t.Parallel()
 	for _, m := range txAllModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			pool := accounts(t)
@@ -213,6 +215,7 @@ func TestTxAllPruneRacingClaim(t *testing.T) {
 // A refusal decided on a mark committed after the claim's snapshot
 // reports that mark, and names the resource it refused.
 func TestTxAllRefusedAfterSnapshot(t *testing.T) {
+	t.Parallel()
 	for _, m := range txAllModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			pool := accounts(t)
@@ -251,6 +254,7 @@ func TestTxAllRefusedAfterSnapshot(t *testing.T) {
 // Each transaction then reads and rewrites every balance of its set, so a
 // lost update would show that two of them overlapped.
 func TestTxAllCanonicalOrder(t *testing.T) {
+	t.Parallel()
 	pool := accounts(t)
 	lazy, err := postgres.NewTokens(postgres.TokensOptions{ClaimWithFirstStatement: true})
 	if err != nil {
@@ -320,6 +324,7 @@ func TestTxAllCanonicalOrder(t *testing.T) {
 // carries several locks' tokens; a resource whose token the context does
 // not carry is refused with ErrMissing, and nothing is sent.
 func TestTxAllFromContext(t *testing.T) {
+	t.Parallel()
 	pool := accounts(t)
 	ctx := ctxFor(t, time.Minute)
 	held := token.NewContext(token.NewContext(ctx, "acct:a", 6), "acct:b", 7)
@@ -345,6 +350,7 @@ func TestTxAllFromContext(t *testing.T) {
 // A forged token among honest ones is refused before anything is sent:
 // no mark moves, fn does not run.
 func TestTxAllForgedMovesNothing(t *testing.T) {
+	t.Parallel()
 	pool := accounts(t)
 	ctx := ctxFor(t, time.Minute)
 	if err := postgres.TxAll(ctx, pool, map[string]token.Token{"acct:a": 5, "acct:b": 5}, func(pgx.Tx) error { return nil }); err != nil {
@@ -381,6 +387,7 @@ func TestTxAllForgedMovesNothing(t *testing.T) {
 // Sets larger than the statement texts a Tokens keeps are claimed all the
 // same, and refused all the same.
 func TestTxAllManyResources(t *testing.T) {
+	t.Parallel()
 	pool := accounts(t)
 	ctx := ctxFor(t, time.Minute)
 	claims := map[string]token.Token{}
@@ -407,6 +414,7 @@ func TestTxAllManyResources(t *testing.T) {
 
 // Arguments no call could succeed with: typed errors, nothing sent.
 func TestTxAllBadInput(t *testing.T) {
+	t.Parallel()
 	pool := accounts(t)
 	ctx := ctxFor(t, time.Minute)
 	unchecked, err := postgres.NewTokens(postgres.TokensOptions{Check: token.NoCheck(), Logger: discard})
@@ -465,6 +473,7 @@ func TestTxAllBadInput(t *testing.T) {
 // one whose lease ended before the claim sends nothing, and the server's
 // idle bound is the lease's.
 func TestTxAllLeaseBound(t *testing.T) {
+	t.Parallel()
 	for _, m := range txAllModes(t)[:2] {
 		t.Run(m.name, func(t *testing.T) {
 			pool := accounts(t)
@@ -531,6 +540,7 @@ func TestTxAllLeaseBound(t *testing.T) {
 // of one of their resources who then committed are retried before fn
 // runs, as Tx's are, and fn sees that holder's write.
 func TestTxAllIsolationWaitsForCommit(t *testing.T) {
+	t.Parallel()
 	for _, level := range isolationLevels {
 		for _, lazy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s, ClaimWithFirstStatement %v", level, lazy), func(t *testing.T) {
