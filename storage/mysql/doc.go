@@ -107,6 +107,13 @@
 // LAST_INSERT_ID() to the mark it found; on a *sql.Conn or *sql.Tx of
 // your own, read an AUTO_INCREMENT id before claiming, not after.
 //
+// Triggers: the server reports no LAST_INSERT_ID for a statement that
+// fired one. A trigger on the high-water table costs a claim a second
+// round trip (a locking read of the mark); a guarded table with triggers
+// cannot be used in column mode, whose Update, Upsert and Returning then
+// return [ErrTriggers]: guard such a table with [Tokens.Tx]. (Reset, on a
+// high-water table with triggers, reports 0 as the mark it replaced.)
+//
 // The session must autocommit, as the server does by default: a claim,
 // an Update or a Read's claim on a *sql.DB or *sql.Conn is one statement
 // that commits on its own. With autocommit=0 (a DSN parameter, or
@@ -132,6 +139,8 @@
 //     ([ErrCondition], [token.ErrCondition]): a [Where] condition not true.
 //   - [ErrBadInput]: an argument no call could succeed with; nothing is
 //     sent.
+//   - [ErrTriggers]: column mode on a table with triggers, which hide the
+//     statement's outcome: the row may have been written.
 //   - [ErrSchema]: the high-water table or the token column is missing,
 //     or the token column is not BIGINT UNSIGNED; a [*SchemaError] saying
 //     what sets it up.

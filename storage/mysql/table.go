@@ -171,6 +171,15 @@ func Where(cond string, args ...any) Clause {
 // unwraps to [token.ErrNotFound].
 var ErrNoRow error = &kindError{"mysql: no such row", token.ErrNotFound}
 
+// ErrTriggers: the guarded table has triggers, and column mode cannot
+// guard it. A statement's outcome (written, refused, condition false) comes
+// back through LAST_INSERT_ID, which MySQL and MariaDB reset when a
+// trigger runs; Update, Upsert and Returning then cannot tell what their
+// statement did, and return this: the row may have been written. Guard a
+// table with triggers with [Tokens.Tx] (table mode), whose claim does not
+// depend on the guarded table.
+var ErrTriggers = errors.New("mysql: the table has triggers, which hide a fenced statement's outcome")
+
 // ErrCondition is what every [*ConditionError] unwraps to. It unwraps to
 // [token.ErrCondition].
 var ErrCondition error = &kindError{"mysql: condition not met", token.ErrCondition}
@@ -426,7 +435,7 @@ func (tb *Table) runUpdate(ctx context.Context, db DB, op, resource string, key 
 		case outcomeCondition:
 			return &ConditionError{Resource: resource, Conditions: st.conds, Token: t}
 		case 0:
-			return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
+			return tb.noOutcome(ctx, db, op, resource)
 		case outcomeStale:
 		default:
 			return fmt.Errorf("mysql: %s %s: the server reported outcome %d", op, resource, outcome)
@@ -444,6 +453,23 @@ func (tb *Table) runUpdate(ctx context.Context, db DB, op, resource string, key 
 		}
 	}
 	return fmt.Errorf("mysql: %s %s: the row kept changing under %d attempts", op, resource, maxAttempts)
+}
+
+// noOutcome tells what an Update's statement that reported no outcome
+// means: no row matched the key, unless the table has triggers, after
+// which the server reports none whatever happened.
+func (tb *Table) noOutcome(ctx context.Context, db DB, op, resource string) error {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS
+ WHERE EVENT_OBJECT_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND EVENT_OBJECT_TABLE = ?`,
+		tb.schema, tb.tableName()).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("mysql: %s %s: the statement reported no outcome, and looking for triggers failed: %w", op, resource, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("mysql: %s %s: %w: %s has %d", op, resource, ErrTriggers, tb.name, n)
+	}
+	return fmt.Errorf("mysql: %s %s: %w", op, resource, ErrNoRow)
 }
 
 // updateSQL builds Update's statement, whose parameters are the token,

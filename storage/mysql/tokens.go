@@ -58,7 +58,8 @@ type Tokens struct {
 	logger *slog.Logger
 	hold   time.Duration
 
-	claimSQL     string // resource, then t four times → LAST_INSERT_ID: the mark before, 0 when there was none
+	claimSQL     string // resource, then t four times → LAST_INSERT_ID: the mark before, t when there was none, 0 when hidden
+	markSQL      string // resource → token, under the row's lock
 	resetSQL     string // resource, to, to → LAST_INSERT_ID: the mark before, 0 when there was none
 	highWaterSQL string // resource → token
 	tombstoneSQL string // resource, t, t: the mark raised to t, or t inserted
@@ -91,17 +92,23 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	// counts 0 without it, 1 with it: the same as an insert). So the
 	// statement reports the mark it found through LAST_INSERT_ID(expr),
 	// which the server sends back in the statement's OK packet (the
-	// driver's Result.LastInsertId), no round trip and no flag needed: 0
-	// when the row was inserted (the ON DUPLICATE KEY branch did not run),
-	// else the mark before the statement, read under the row's exclusive
-	// lock — the newest committed value whatever the isolation level. The
-	// claim was accepted exactly when that mark is not above the token.
+	// driver's Result.LastInsertId), no round trip and no flag needed:
+	// the mark before the statement, read under the row's exclusive lock
+	// — the newest committed value whatever the isolation level — or, when
+	// the row was inserted, the token itself (the VALUES list sets it; the
+	// ON DUPLICATE KEY branch sets it again to the mark). The claim was
+	// accepted exactly when that value is not above the token.
+	//
+	// A trigger on the table makes the server report 0 instead (MySQL and
+	// MariaDB restore the statement's LAST_INSERT_ID state after a
+	// trigger), and 0 is also a mark of 0 found: claim then reads the mark
+	// back under the lock to decide.
 	//
 	// Assignments run left to right, each seeing the ones before, so
 	// updated_at, which compares with the old mark, comes first. The
 	// token is a parameter each time it is used rather than VALUES(token),
 	// which MySQL 8 deprecates and MariaDB has no replacement for.
-	k.claimSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
+	k.claimSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, LAST_INSERT_ID(?), UTC_TIMESTAMP(6))
  ON DUPLICATE KEY UPDATE updated_at = IF(token <= ?, UTC_TIMESTAMP(6), updated_at),
  token = IF(LAST_INSERT_ID(token) <= ?, ?, token)`
 	k.resetSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
@@ -109,6 +116,7 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 	k.tombstoneSQL = `INSERT INTO ` + tbl + ` (resource, token, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
  ON DUPLICATE KEY UPDATE updated_at = UTC_TIMESTAMP(6), token = GREATEST(token, ?)`
 	k.highWaterSQL = `SELECT token FROM ` + tbl + ` WHERE resource = ?`
+	k.markSQL = k.highWaterSQL + ` FOR UPDATE`
 	return k, nil
 }
 
@@ -162,24 +170,43 @@ func (k *Tokens) HighWater(ctx context.Context, db DB, resource string) (token.T
 }
 
 // claim advances resource's mark to t on db, or tells why not: one
-// statement, one round trip.
+// statement, one round trip — two when a trigger on the table hides the
+// statement's report, or the mark it found was 0.
 func (k *Tokens) claim(ctx context.Context, db DB, resource string, t token.Token) error {
 	// The token goes as a uint64, not a token.Token: Token's SQL value is
 	// a signed bigint and refuses tokens above MaxInt64, which BIGINT
 	// UNSIGNED holds.
 	u := uint64(t)
-	res, err := db.ExecContext(ctx, k.claimSQL, resource, u, u, u, u)
-	if err != nil {
-		return cutOff(ctx, db, k.wrapErr("claim "+resource+" in", err))
+	for range maxAttempts {
+		res, err := db.ExecContext(ctx, k.claimSQL, resource, u, u, u, u)
+		if err != nil {
+			return cutOff(ctx, db, k.wrapErr("claim "+resource+" in", err))
+		}
+		found, err := res.LastInsertId()
+		if err != nil {
+			return k.wrapErr("claim "+resource+" in", err)
+		}
+		if found == 0 {
+			// Hidden by a trigger, or a mark of 0: the mark as the
+			// statement left it decides, read under the row's lock (held
+			// already inside a transaction). Outside one, a claim above t
+			// in between makes this a refusal, never the other way round.
+			var cur uint64
+			err := db.QueryRowContext(ctx, k.markSQL, resource).Scan(&cur)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // removed in between (Prune): claim again
+			}
+			if err != nil {
+				return k.wrapErr("claim "+resource+" in", err)
+			}
+			found = int64(cur)
+		}
+		if cur := token.Token(uint64(found)); cur > t {
+			return &token.StaleError{Resource: resource, Presented: t, Current: cur}
+		}
+		return nil
 	}
-	prev, err := res.LastInsertId()
-	if err != nil {
-		return k.wrapErr("claim "+resource+" in", err)
-	}
-	if cur := token.Token(uint64(prev)); cur > t {
-		return &token.StaleError{Resource: resource, Presented: t, Current: cur}
-	}
-	return nil
+	return fmt.Errorf("mysql: claim %s: the mark kept disappearing under %d attempts", resource, maxAttempts)
 }
 
 // Reset implements [token.Resetter] on k: it sets resource's mark to to,
