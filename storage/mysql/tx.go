@@ -45,6 +45,7 @@ var (
 const (
 	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	erClientTimeout   = 4031 // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+)
+	erNoSavepoint     = 1305 // ER_SP_DOES_NOT_EXIST: SAVEPOINT … does not exist
 
 	defaultHoldTimeout = 15 * time.Second
 	// maxWaitSecs is the largest wait_timeout and innodb_lock_wait_timeout
@@ -115,6 +116,11 @@ func TxAll(ctx context.Context, db *sql.DB, claims map[string]token.Token, fn fu
 //     the server's 1213 or 1205, and [ErrHoldExpired] when the hold bound
 //     ended the transaction under fn.
 //   - fn panics: rollback, and the panic carries on.
+//   - fn returns nil, but the server rolled the transaction back under it
+//     (a deadlock whose error fn dropped): nothing commits, and Tx returns
+//     an error wrapping [ErrDeadlock]. The session runs with autocommit
+//     off, so the statements fn sent after the rollback, which no claim
+//     covered, are rolled back too rather than committed one by one.
 //   - InnoDB picks the transaction as a deadlock victim (1213): it is
 //     rolled back and the error wraps [ErrDeadlock]; a lock wait timeout
 //     (1205) is rolled back too and wraps [ErrLockTimeout]. Neither is a
@@ -159,9 +165,10 @@ func TxAll(ctx context.Context, db *sql.DB, claims map[string]token.Token, fn fu
 // default), the time left to ctx's deadline when sooner; and, when ctx
 // has a deadline, innodb_lock_wait_timeout to the time left to it (whole
 // seconds, rounded down, at least one), so a
-// claim does not wait for a lock past the caller's deadline. Both are
-// restored on the connection when Tx ends (a connection that cannot be
-// restored is closed). Before COMMIT, under a lease, Tx checks the lease
+// claim does not wait for a lock past the caller's deadline; it also
+// turns autocommit off. All are restored on the connection when Tx ends
+// (a connection that cannot be restored, or whose transaction did not
+// end cleanly, is closed). Before COMMIT, under a lease, Tx checks the lease
 // (moved on by renewals) and refuses to commit past its end with
 // [ErrHoldExpired], then sets wait_timeout to the lease's time left, so a
 // holder frozen between that check and its COMMIT has its session closed
@@ -328,31 +335,43 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 		return fmt.Errorf("mysql: fenced transaction on %s: %w", name, err)
 	}
 	defer conn.Close()
-	if idle > 0 || lockWait > 0 {
-		set := `SET @fenceguard_wt = @@SESSION.wait_timeout, @fenceguard_lw = @@SESSION.innodb_lock_wait_timeout`
-		var args []any
-		if idle > 0 {
-			// A tighter setting of the session's own is kept.
-			set += `, SESSION wait_timeout = LEAST(@@SESSION.wait_timeout, ?)`
-			args = append(args, idle)
-		}
-		if lockWait > 0 {
-			set += `, SESSION innodb_lock_wait_timeout = LEAST(@@SESSION.innodb_lock_wait_timeout, ?)`
-			args = append(args, lockWait)
-		}
-		if _, err := conn.ExecContext(ctx, set, args...); err != nil {
-			badConn(conn)
-			return fmt.Errorf("mysql: fenced transaction on %s: set the hold bound: %w", name, err)
-		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			if _, rerr := conn.ExecContext(rctx, `SET SESSION wait_timeout = @fenceguard_wt, SESSION innodb_lock_wait_timeout = @fenceguard_lw`); rerr != nil {
-				// The pool must not keep a session with a short bound.
-				badConn(conn)
-			}
-		}()
+	// autocommit off for the session: InnoDB rolls a deadlock victim's
+	// whole transaction back, claim included, and with autocommit on, the
+	// statements fn sends after a deadlock it did not return would each
+	// commit on their own, outside the claim. Off, they open a transaction
+	// that the savepoint check below rolls back.
+	set := `SET @fenceguard_wt = @@SESSION.wait_timeout, @fenceguard_lw = @@SESSION.innodb_lock_wait_timeout,
+ @fenceguard_ac = @@SESSION.autocommit, SESSION autocommit = 0`
+	var args []any
+	if idle > 0 {
+		// A tighter setting of the session's own is kept.
+		set += `, SESSION wait_timeout = LEAST(@@SESSION.wait_timeout, ?)`
+		args = append(args, idle)
 	}
+	if lockWait > 0 {
+		set += `, SESSION innodb_lock_wait_timeout = LEAST(@@SESSION.innodb_lock_wait_timeout, ?)`
+		args = append(args, lockWait)
+	}
+	if _, err := conn.ExecContext(ctx, set, args...); err != nil {
+		badConn(conn)
+		return fmt.Errorf("mysql: fenced transaction on %s: set the hold bound: %w", name, err)
+	}
+	clean := false // the transaction ended by a COMMIT or ROLLBACK that succeeded
+	defer func() {
+		if !clean {
+			// A transaction may be open: turning autocommit back on
+			// would commit it. The server rolls it back with the session.
+			badConn(conn)
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, `SET SESSION wait_timeout = @fenceguard_wt, SESSION innodb_lock_wait_timeout = @fenceguard_lw,
+ SESSION autocommit = @fenceguard_ac`); rerr != nil {
+			// The pool must not keep a session with a short bound.
+			badConn(conn)
+		}
+	}()
 
 	if len(c) > 1 {
 		if err := k.ensureRows(ctx, conn, c); err != nil {
@@ -369,11 +388,16 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	ended := false
 	defer func() {
 		if !ended {
-			rollback(tx)
+			clean = tx.Rollback() == nil
 		}
 	}()
 	if err := k.claimTx(ctx, tx, c); err != nil {
 		return err
+	}
+	// Gone by the COMMIT if the server rolled the transaction back under
+	// fn (a deadlock fn did not return).
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT fenceguard_claim`); err != nil {
+		return k.txErr("claim "+name+" in", err)
 	}
 
 	if err := fn(tx); err != nil {
@@ -396,6 +420,12 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mysql: fenced transaction on %s: %w", name, err)
 	}
+	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT fenceguard_claim`); err != nil {
+		if serverErr(err) == erNoSavepoint {
+			return fmt.Errorf("mysql: commit fenced transaction on %s: %w: the server rolled the transaction back under fn, claim included (an error fn did not return): %w", name, ErrDeadlock, err)
+		}
+		return k.txErr("commit fenced transaction on "+name+":", err)
+	}
 	if beforeCommit != nil {
 		beforeCommit()
 	}
@@ -411,6 +441,7 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 		}
 		return k.txErr("commit fenced transaction on "+name+":", err)
 	}
+	clean = true
 	return nil
 }
 
@@ -515,6 +546,11 @@ func (k *Tokens) ensureRows(ctx context.Context, conn *sql.Conn, c txClaims) err
 			continue
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT IGNORE INTO `+k.table+` (resource, token, updated_at) VALUES (?, 0, UTC_TIMESTAMP(6))`, x.resource); err != nil {
+			return k.txErr("claim "+c.name()+" in", err)
+		}
+		// The session runs with autocommit off (see tx): commit each
+		// mark on its own, before the next one.
+		if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 			return k.txErr("claim "+c.name()+" in", err)
 		}
 	}

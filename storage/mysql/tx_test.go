@@ -327,6 +327,60 @@ func TestTxDeadlock(t *testing.T) {
 	}
 }
 
+// InnoDB rolls a deadlock victim's whole transaction back, claim
+// included, and the session goes on without one: statements fn sends
+// after a deadlock it did not return would each commit on their own,
+// outside the claim, and the COMMIT would find nothing to commit. Tx must
+// neither report such a transaction committed nor let those statements
+// stay.
+func TestTxFnSwallowingADeadlock(t *testing.T) {
+	db, marks := txSetup(t, mysql.TokensOptions{})
+	ctx := ctxFor(t, time.Minute)
+	locked := make(chan struct{}, 2)
+	run := func(resource string, first, second int) error {
+		return marks.Tx(ctx, db, resource, 5, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `UPDATE items SET v = v + 1 WHERE id = ?`, first); err != nil {
+				return err
+			}
+			locked <- struct{}{}
+			for len(locked) > 0 && len(locked) < 2 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			// The deadlock, if any, is dropped: fn carries on.
+			_, _ = tx.ExecContext(ctx, `UPDATE items SET v = v + 1 WHERE id = ?`, second)
+			_, err := tx.ExecContext(ctx, `INSERT INTO txlog (tok) VALUES (?)`, first)
+			return err
+		})
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- run("a", 1, 2) }()
+	go func() { errs <- run("b", 2, 1) }()
+	e1, e2 := <-errs, <-errs
+	committed := 0
+	for _, err := range []error{e1, e2} {
+		switch {
+		case err == nil:
+			committed++
+		case errors.Is(err, mysql.ErrDeadlock) && !errors.Is(err, token.ErrStale):
+		default:
+			t.Fatalf("Tx = %v, want nil or ErrDeadlock", err)
+		}
+	}
+	if committed != 1 {
+		t.Fatalf("Tx = %v, %v: want one committed and the victim refused", e1, e2)
+	}
+	var logged int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM txlog`).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mark(t, db, marks, "a"), mark(t, db, marks, "b"); a+b != 5 || logged != 1 {
+		t.Fatalf("marks a = %d, b = %d, %d log rows: want only the survivor's claim and row", a, b, logged)
+	}
+	if v1, v2 := itemV(t, db, 1), itemV(t, db, 2); v1 != 1 || v2 != 1 {
+		t.Fatalf("items %d, %d: want only the survivor's writes", v1, v2)
+	}
+}
+
 // A claim waiting for a holder longer than the context allows is
 // ErrLockTimeout (InnoDB's 1205), not stale; the waiter wrote nothing.
 func TestTxLockWaitTimeout(t *testing.T) {
