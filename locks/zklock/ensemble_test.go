@@ -21,6 +21,7 @@ import (
 // The conformance suite on a 3-member ensemble, the locker given every
 // member (go-zookeeper picks one and moves on a break).
 func TestEnsembleConformance(t *testing.T) {
+	t.Parallel()
 	e := zkserver.NewEnsemble(t, 3)
 	n := 0
 	prefixes := map[locks.Locker]string{}
@@ -123,6 +124,7 @@ func waiter(ctx context.Context, l *zklock.Locker, h *holders, who, key string, 
 // connection survived); the waiters get the lock in turn; tokens grow; no
 // two holders at once unless the older was told it lost.
 func TestEnsembleLeaderKilledWhileHeldAndQueued(t *testing.T) {
+	t.Parallel()
 	e := zkserver.NewEnsemble(t, 3)
 	ctx := ctxFor(t, 2*time.Minute)
 	const ttl = 8 * time.Second // sessions outlive an election on a loaded machine
@@ -194,6 +196,7 @@ func TestEnsembleLeaderKilledWhileHeldAndQueued(t *testing.T) {
 // waiter on the other members gets the lock only after that, with a larger
 // token.
 func TestEnsembleMemberPartitioned(t *testing.T) {
+	t.Parallel()
 	e := zkserver.NewEnsemble(t, 3)
 	for _, moves := range []bool{true, false} {
 		t.Run(fmt.Sprintf("moves=%v", moves), func(t *testing.T) {

@@ -48,6 +48,7 @@ func (c *lagSpy) Get(path string) ([]byte, *zk.Stat, error) {
 // budget ends): the old Fence, which accepted an equal mark on the read
 // alone, let every such round in.
 func TestFenceFollowerLag(t *testing.T) {
+	t.Parallel()
 	e := zkserver.NewEnsemble(t, 3)
 	ctx := ctxFor(t, 2*time.Minute)
 	leader, followers, err := e.Leader(ctx)

@@ -57,6 +57,7 @@ func TestFrozenWaiterChild(t *testing.T) {
 // lease while X holds the lock, and the lease it returns after X releases
 // is a real grant, with a token above X's.
 func TestFrozenWaiter(t *testing.T) {
+	t.Parallel()
 	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key = "/locks", "k"

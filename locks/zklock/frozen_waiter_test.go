@@ -151,6 +151,7 @@ func (c *frozenConn) Close() error {
 // real grant with a larger token. See TestFrozenWaiter for the same with
 // the waiter's process stopped for real.
 func TestWaiterHandedStaleDeletion(t *testing.T) {
+	t.Parallel()
 	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key = "/locks", "k"

@@ -73,6 +73,7 @@ func (c *recordedConn) Write(p []byte) (int, error) {
 // request; W2, woken by W1's deletion, lists once (no sync: its session
 // answered a write through the leader just before) and holds.
 func TestHandOffRoundTrips(t *testing.T) {
+	t.Parallel()
 	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key, ttl = "/locks", "k", 10 * time.Second
@@ -162,6 +163,7 @@ func TestHandOffRoundTrips(t *testing.T) {
 // takes the lock from the deletion event and one sync, which dates the
 // lease: no listing.
 func TestHandOffAfterLongWait(t *testing.T) {
+	t.Parallel()
 	srv := zkserver.New(t) // its own: the watch count below is ours alone
 	addrs := []string{srv.Addr()}
 	const prefix, key, ttl = "/locks", "k", time.Second

@@ -16,6 +16,7 @@ func name(prefix string, n int32) string { return fmt.Sprintf("%s-%010d", prefix
 // The queue's order holds across the wrap of ZooKeeper's signed 32-bit
 // sequence counter, names of 11 characters ("-2147483648") included.
 func TestPredecessorAcrossTheWrap(t *testing.T) {
+	t.Parallel()
 	const maxI32, minI32 = int32(2147483647), int32(-2147483648)
 	for _, c := range []struct {
 		name     string
@@ -66,6 +67,7 @@ func TestPredecessorAcrossTheWrap(t *testing.T) {
 // delivered to its leases) reports the loss; it used to call itself while
 // holding the lease's operation lock, and hang.
 func TestReleaseWhileSessionDown(t *testing.T) {
+	t.Parallel()
 	l, err := New([]string{"127.0.0.1:1"}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +101,7 @@ func TestReleaseWhileSessionDown(t *testing.T) {
 // SessionWait with errNoSession, even with a context that never ends;
 // Acquire waits as long as its context allows.
 func TestNoSessionWithinSessionWait(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

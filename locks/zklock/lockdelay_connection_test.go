@@ -16,6 +16,7 @@ import (
 // lock-delay, whether the session survives (the connection restored) or
 // expires; and the next grant's token is larger.
 func TestLockDelayOutlastsALostConnection(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		fault   func(*harness.Proxy) error

@@ -29,6 +29,7 @@ import (
 // last Deadline lies past the other's grant. A control that shows no such
 // renewal proves nothing and fails the test.
 func TestEnsembleRenewNeedsLeader(t *testing.T) {
+	// Not parallel: the control switches the sync off for the whole package.
 	e := zkserver.NewEnsemble(t, 3)
 	for _, control := range []bool{false, true} {
 		name := "sync"

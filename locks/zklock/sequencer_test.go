@@ -107,6 +107,7 @@ func forged(t *testing.T, err error, what string) {
 // highest token handed out), accepts the holder's, and lets each waiter
 // through once its turn came.
 func TestSequencerCheckBoundsByTheHolder(t *testing.T) {
+	t.Parallel()
 	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	ctx := ctxFor(t, time.Minute)
@@ -194,6 +195,7 @@ func TestSequencerCheckBoundsByTheHolder(t *testing.T) {
 // turn. The control: with Issued as the bound (the check that existed
 // before), the forger is accepted and both waiters are then refused.
 func TestSequencerCheckStopsTheForger(t *testing.T) {
+	t.Parallel()
 	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	// Two forgers present Issued(): while H holds (the newest waiter's
@@ -270,6 +272,7 @@ func TestSequencerCheckStopsTheForger(t *testing.T) {
 // nothing ever locked under the prefix, 0. Each is at least the last
 // grant's token and below the next.
 func TestSequencerIdleKey(t *testing.T) {
+	t.Parallel()
 	z := zkserver.Shared(t)
 	prefix := z.Chroot + "/locks"
 	c := inspect(t, z.Addrs)
