@@ -403,6 +403,18 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	if err := fn(tx); err != nil {
 		return fnErr(err, idle > 0 && time.Since(start) >= time.Duration(idle)*time.Second)
 	}
+	// The savepoint is gone if the server rolled the transaction back
+	// under fn; a session closed at the hold bound is ErrHoldExpired, as
+	// under fn.
+	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT fenceguard_claim`); err != nil {
+		if serverErr(err) == erNoSavepoint {
+			return fmt.Errorf("mysql: commit fenced transaction on %s: %w: the server rolled the transaction back under fn, claim included (an error fn did not return): %w", name, ErrDeadlock, err)
+		}
+		if err := fnErr(err, idle > 0 && time.Since(start) >= time.Duration(idle)*time.Second); errors.Is(err, ErrHoldExpired) {
+			return fmt.Errorf("mysql: commit fenced transaction on %s: %w", name, err)
+		}
+		return k.txErr("commit fenced transaction on "+name+":", err)
+	}
 
 	if leased && k.hold >= 0 {
 		exp, _ := token.Expiry(ctx)
@@ -419,12 +431,6 @@ func (k *Tokens) tx(ctx context.Context, db *sql.DB, c txClaims, fn func(*sql.Tx
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mysql: fenced transaction on %s: %w", name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT fenceguard_claim`); err != nil {
-		if serverErr(err) == erNoSavepoint {
-			return fmt.Errorf("mysql: commit fenced transaction on %s: %w: the server rolled the transaction back under fn, claim included (an error fn did not return): %w", name, ErrDeadlock, err)
-		}
-		return k.txErr("commit fenced transaction on "+name+":", err)
 	}
 	if beforeCommit != nil {
 		beforeCommit()
