@@ -66,6 +66,7 @@ var backends = []struct {
 func TestFrozenHolderWritesBeforeTheNextHolder(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // the holders are processes of their own, the keys each backend's own
 			t.Run("LockDelay", func(t *testing.T) {
 				order := frozenHolder(t, b.setup(t), delay)
 				if order != "AB" {
@@ -131,6 +132,9 @@ func frozenHolder(t *testing.T, cfg config, d time.Duration) string {
 	select {
 	case l, ok := <-lines:
 		if !ok || !strings.HasPrefix(l, "acquired ") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			err := <-exited // stderr is complete once the process is reaped
+			exited <- err   // for the deferred kill
 			t.Fatalf("holder: %q; stderr: %s", l, stderr.String())
 		}
 	case <-ctx.Done():
