@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,14 +45,23 @@ func command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // databases are the stores the demo and serve are tested on, each in
-// parallel with the others: the name the demo prints, and the database
-// URL of a fresh database (a mysql:// URL for MySQL, as a user gives it).
+// parallel with the others.
 var databases = []struct {
-	name string
-	url  func(t *testing.T) string
+	name    string
+	printed []string                    // how the demo may name the server
+	url     func(t *testing.T) string   // a fresh database's URL, as a user gives it
+	demo    func(t *testing.T) []string // the demo's flags for a fresh database
 }{
-	{"PostgreSQL", func(t *testing.T) string { return pgserver.Shared(t).DSN }},
-	{"MariaDB", mysqlURL},
+	{"PostgreSQL", []string{"PostgreSQL"},
+		func(t *testing.T) string { return pgserver.Shared(t).DSN },
+		func(t *testing.T) []string { return []string{"--database-url=" + pgserver.Shared(t).DSN} }},
+	// The harness's MariaDB, or the MySQL FENCEGUARD_MYSQL_DSN names: a
+	// mysql:// URL, and for the demo go-sql-driver/mysql's DSN.
+	{"MySQL", []string{"MariaDB", "MySQL"},
+		mysqlURL,
+		func(t *testing.T) []string {
+			return []string{"--store=mysql", "--database-url=" + mysqlserver.Shared(t).DSN}
+		}},
 }
 
 // mysqlURL returns a mysql:// URL of a fresh database on the harness's
@@ -72,23 +82,26 @@ func TestDemoCommand(t *testing.T) {
 	for _, d := range databases {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			demoCommand(t, d.name, d.url(t))
+			demoCommand(t, d.printed, d.demo(t))
 		})
 	}
 }
 
-func demoCommand(t *testing.T, dbName, dbURL string) {
+func demoCommand(t *testing.T, printed, storeFlags []string) {
 	svg := filepath.Join(t.TempDir(), "timeline.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := command(ctx, "demo", "--workers=3", "--stock=8", "--ttl=2s", "--pause=2.2s", "--work=20ms",
-		"--timeline="+svg, "--database-url="+dbURL).CombinedOutput()
+	out, err := command(ctx, append([]string{"demo", "--workers=3", "--stock=8", "--ttl=2s", "--pause=2.2s", "--work=20ms",
+		"--timeline=" + svg}, storeFlags...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	text := string(out)
+	if !slices.ContainsFunc(printed, func(name string) bool { return strings.Contains(text, "store         "+name+" ") }) {
+		t.Errorf("output names none of %q as the store:\n%s", printed, text)
+	}
 	for _, want := range []string{
-		"etcd 3.7, embedded", "store         " + dbName, "column-mode enforcer",
+		"etcd 3.7, embedded", "column-mode enforcer",
 		"frozen with SIGSTOP", "ACCEPTED, undoing", "REFUSED, 409 stale-token",
 		"units oversold", "fenceguard_claims_total", "without fencing:", "with fencing: nothing oversold",
 	} {
