@@ -154,6 +154,7 @@ func sub(a, b time.Time) any {
 // told before W is granted, and never renew after. The overlap of H's
 // Deadline with W's grant (docs/design.md, "zklock": "What is left") is logged.
 func TestZKPausedHolderMemberLosesLeaseFirst(t *testing.T) {
+	t.Parallel()
 	ctx := itest.Ctx(t, 60*time.Second)
 	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
@@ -176,6 +177,7 @@ func TestZKPausedHolderMemberLosesLeaseFirst(t *testing.T) {
 // through the other; the leader is killed (SIGKILL). H's lease must be
 // reported lost before W is granted, W's token (a later epoch) larger.
 func TestZKLeaderKilledWhileHeld(t *testing.T) {
+	t.Parallel()
 	ctx := itest.Ctx(t, 60*time.Second)
 	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)

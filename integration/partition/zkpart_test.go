@@ -85,6 +85,7 @@ func run(t *testing.T, args ...string) {
 // after its 2 s timeout and grants W. H must be told (Lost, Renew
 // failing) before W's grant and never renew after it.
 func TestZKRenewStopsOnMemberCutFromLeader(t *testing.T) {
+	t.Parallel()
 	harness.ShapeLoopback(t) // tc and root, and lo to ourselves across packages
 	ctx := itest.Ctx(t, 60*time.Second)
 	e := zkserver.NewEnsemble(t, 3)
@@ -168,6 +169,7 @@ func shapeLo(t *testing.T) func(port int) {
 // the old leader's tick-granular step-down); zkHandover allows for the
 // lateness the scheduler shows meanwhile.
 func TestZKRenewStopsOnLeaderCutFromFollowers(t *testing.T) {
+	t.Parallel()
 	ctx := itest.Ctx(t, 60*time.Second)
 	e := zkserver.NewEnsemble(t, 3)
 	leader, followers, err := e.Leader(ctx)
