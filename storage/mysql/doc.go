@@ -5,7 +5,9 @@
 // Every access carries the holder's fencing token and claims the
 // resource: it advances the resource's mark, accepting a token equal to
 // the mark (one holder, many accesses) and refusing a lower one with a
-// [*token.StaleError].
+// [*token.StaleError]. Importing this package registers
+// go-sql-driver/mysql's driver, so sql.Open("mysql", dsn) needs no import
+// of the driver of your own.
 //
 // # Fence
 //
@@ -81,6 +83,12 @@
 // token ([token.Expiry]), the transaction does not commit past the
 // lease's end ([ErrHoldExpired]); the server's own bound on a frozen
 // holder is wait_timeout, in whole seconds (see [Tokens.Tx]).
+//
+// The two modes keep separate marks: column mode the row's token column
+// (resource "<table>/<key>"), table mode the high-water table's row for
+// the resource Tx names ("sku:42"). Write each piece of data through one
+// mode only: a Tx with an older token is not refused after a newer
+// holder's [Table.Update] of the same row, nor the other way round.
 //
 // # Tokens
 //
