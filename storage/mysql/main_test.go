@@ -45,6 +45,11 @@ func newDB(t testing.TB, params ...string) *sql.DB {
 			cfg.ClientFoundRows = params[i+1] == "true"
 		case "interpolateParams":
 			cfg.InterpolateParams = params[i+1] == "true"
+		case "innodb_snapshot_isolation": // MariaDB's, ON or OFF
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params[params[i]] = params[i+1]
 		case "sql_mode": // the session's sql_mode, e.g. "" for no strict mode
 			if cfg.Params == nil {
 				cfg.Params = map[string]string{}

@@ -547,6 +547,14 @@ func (k *Tokens) ensureRows(ctx context.Context, conn *sql.Conn, c txClaims) err
 	if err := rows.Err(); err != nil {
 		return k.txErr("claim "+c.name()+" in", err)
 	}
+	// The session runs with autocommit off (see tx): the read opened a
+	// transaction, whose read view would otherwise carry into the fenced
+	// one, taken before its claims (fn's reads missing what the previous
+	// holder committed; under innodb_snapshot_isolation, 1020 on the
+	// claims' locking read).
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return k.txErr("claim "+c.name()+" in", err)
+	}
 	for _, x := range c {
 		if have[x.resource] {
 			continue
