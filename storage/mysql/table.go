@@ -16,6 +16,10 @@ import (
 // TableOptions configure [NewTable].
 type TableOptions struct {
 	// Name of the guarded table: {table} or {database, table}. Required.
+	// Tombstones are named by it as written ("items/42" and
+	// "shop.items/42" are two marks), so every process guarding one
+	// table must give it the same Name, and the same Tokens: a Delete
+	// through one spelling does not stop an Upsert through another.
 	Name []string
 
 	// Key is the column that identifies a row. Required; it must be
