@@ -45,6 +45,15 @@ type TableOptions struct {
 	// [token.DefaultCheck], the clock bound; [token.NoCheck] turns
 	// checking off.
 	Check token.Check
+
+	// LockKey maps a row's key to the key of the lock that guards the row,
+	// e.g. [LockKeyPrefix]("sku:") when rows of items are locked as
+	// "sku:<id>". An operation given the zero token takes the context's
+	// token only when the context carries it for LockKey(key): a token of
+	// another lock is refused with an error wrapping [token.ErrMissing]
+	// that names both keys, never used. Nil: the lock key is the row's
+	// resource name "<Name>/<key>".
+	LockKey func(key any) string
 }
 
 // Table is a table guarded in column mode: each row carries its own
@@ -60,15 +69,16 @@ type TableOptions struct {
 //
 // A Table is immutable and safe for concurrent use.
 type Table struct {
-	name   string // as configured, for messages and resource names
-	tbl    string // quoted
-	key    string // quoted key column
-	tok    string // quoted token column
-	check  token.Check
-	tokens *Tokens
-	rawKey string // as configured: the key column, for Verify
-	rawTok string // as configured: the token column, for checkColumns
-	schema string // the database part of Name, "" for the connection's
+	name    string // as configured, for messages and resource names
+	tbl     string // quoted
+	key     string // quoted key column
+	tok     string // quoted token column
+	check   token.Check
+	tokens  *Tokens
+	rawKey  string           // as configured: the key column, for Verify
+	rawTok  string           // as configured: the token column, for checkColumns
+	schema  string           // the database part of Name, "" for the connection's
+	lockKey func(any) string // nil: the row's resource name
 
 	currentSQL string // key → the row's token
 
@@ -94,6 +104,9 @@ func NewTable(o TableOptions) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Key == "" {
+		return nil, fmt.Errorf("%w: TableOptions.Key, the column that identifies a row, is required", ErrBadInput)
+	}
 	key, err := quoteName([]string{o.Key})
 	if err != nil {
 		return nil, fmt.Errorf("%w (key column)", err)
@@ -109,12 +122,27 @@ func NewTable(o TableOptions) (*Table, error) {
 		o.Tokens = defaultTokens
 	}
 	tb := &Table{name: strings.Join(o.Name, "."), tbl: tbl, key: key, tok: tok, check: o.Check,
-		tokens: o.Tokens, rawKey: o.Key, rawTok: o.Token}
+		tokens: o.Tokens, rawKey: o.Key, rawTok: o.Token, lockKey: o.LockKey}
 	if len(o.Name) == 2 {
 		tb.schema = o.Name[0]
 	}
 	tb.currentSQL = `SELECT ` + tok + ` FROM ` + tbl + ` WHERE ` + key + ` = ?`
 	return tb, nil
+}
+
+// LockKeyPrefix returns a [TableOptions.LockKey] for rows whose lock key
+// is prefix followed by the row's key as fmt.Sprint formats it, as in the
+// row's resource name: LockKeyPrefix("sku:") maps key 42 to "sku:42".
+//
+// The mapping is of the Go value, not of the row: pass keys as Go values
+// of the key column's kind (an integer for an integer key), never as the
+// text a client sent. MySQL reads the string "01" as row 1 of an integer
+// key, while its lock key is "sku:01" — another lock than row 1's
+// "sku:1", so a holder of "sku:01" could write row 1 under a lock that
+// does not guard it. Parse and canonicalise keys before they reach the
+// Table, as the handler must anyway to name the lock it takes.
+func LockKeyPrefix(prefix string) func(key any) string {
+	return func(key any) string { return prefix + fmt.Sprint(key) }
 }
 
 // Clause is one clause of [Table.Update]: a column's new value, [Set] or
@@ -315,8 +343,15 @@ func (tb *Table) admit(ctx context.Context, db DB, op string, key any, t token.T
 		return "", 0, fmt.Errorf("%w: nil key", ErrBadInput)
 	}
 	resource := tb.name + "/" + fmt.Sprint(key)
-	t, err := enforce.Resolve(ctx, resource, t)
+	lk := resource
+	if tb.lockKey != nil && t == 0 {
+		lk = tb.lockKey(key)
+	}
+	t, err := enforce.Resolve(ctx, lk, t)
 	if err != nil {
+		if tb.lockKey == nil && errors.Is(err, token.ErrMissing) {
+			return "", 0, fmt.Errorf("mysql: %s: %w (a row's lock key is its resource name unless TableOptions.LockKey maps its key to the lock that guards it)", op, err)
+		}
 		return "", 0, fmt.Errorf("mysql: %s: %w", op, err)
 	}
 	if err := enforce.CheckClaim(resource, t); err != nil {
