@@ -81,6 +81,7 @@ func onTerminal(t *testing.T, typed string, args ...string) result {
 // On a terminal, reset asks for the resource's name: typed, it resets;
 // anything else changes nothing.
 func TestFenceResetConfirmsOnATerminal(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	rdb, redisURL, rc := redisDB(t)
 	prefix := rdb.Prefix + "fence:"

@@ -103,9 +103,11 @@ func (s fenceStore) mark(t *testing.T, ctx context.Context, resource string, wan
 // Every store prints the mark the library set, 0 for a resource without
 // one, and the same as JSON with the store, the resource and the token.
 func TestFenceGetPrintsTheMark(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	t.Parallel()
 	for _, s := range fenceStores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t, time.Minute)
 			if err := s.claim(ctx, "sku-1", 42); err != nil {
 				t.Fatal(err)
 			}
@@ -130,6 +132,7 @@ func TestFenceGetPrintsTheMark(t *testing.T) {
 // tombstone was claimed above the row. --column names another token
 // column.
 func TestFenceGetColumnMode(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	pgURL, pool := pgDB(t)
 	items := itemsTable(t, pool, "items", "fence_token")
@@ -160,6 +163,7 @@ func TestFenceGetColumnMode(t *testing.T) {
 
 // A store that refuses (a missing table) is a failure of its own, 70.
 func TestFenceGetMissingTable(t *testing.T) {
+	t.Parallel()
 	pgURL, _ := pgDB(t)
 	oneError(t, fenceguard(t, nil, "fence", "get", "--store", pgURL, "--tokens-table", "no_such_marks", "sku-1"), 70)
 	oneError(t, fenceguard(t, nil, "fence", "get", "--store", pgURL, "--table", "no_such_items", "--key-column", "id", "sku-1"), 70)
@@ -169,9 +173,11 @@ func TestFenceGetMissingTable(t *testing.T) {
 // record on stderr; afterwards a holder between the new and the old mark
 // is accepted, one below the new mark refused.
 func TestFenceResetSetsTheMark(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	t.Parallel()
 	for _, s := range fenceStores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t, time.Minute)
 			if err := s.claim(ctx, "sku-1", 1000); err != nil {
 				t.Fatal(err)
 			}
@@ -216,9 +222,11 @@ func audit(t *testing.T, stderr, resource string, from, to token.Token) {
 // A reset without --yes on a stdin that is not a terminal, to 0, or of
 // two resources is a usage error and changes nothing.
 func TestFenceResetRefused(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	t.Parallel()
 	for _, s := range fenceStores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t, time.Minute)
 			if err := s.claim(ctx, "sku-1", 1000); err != nil {
 				t.Fatal(err)
 			}
@@ -257,6 +265,7 @@ func TestFenceUnreachableStore(t *testing.T) {
 // A store URL the command cannot use, or a missing store or resource, is
 // a usage error.
 func TestFenceBadUsage(t *testing.T) {
+	t.Parallel()
 	addr := closedAddr(t)
 	for _, args := range [][]string{
 		{"--store", "mysql://" + addr + "/db"},
@@ -274,6 +283,7 @@ func TestFenceBadUsage(t *testing.T) {
 
 // FENCEGUARD_STORE is the default of --store.
 func TestFenceStoreFromEnvironment(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	rdb, redisURL, rc := redisDB(t)
 	f := redislock.NewFence(rc, redislock.FenceOptions{Prefix: rdb.Prefix + "fence:"})
@@ -286,6 +296,7 @@ func TestFenceStoreFromEnvironment(t *testing.T) {
 
 // Without --prefix, Redis marks are the library's Fence's default keys.
 func TestFenceRedisDefaultPrefix(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	rdb, redisURL, rc := redisDB(t)
 	resource := rdb.Prefix + "sku-1" // a key of the test's own under the default prefix
@@ -299,6 +310,7 @@ func TestFenceRedisDefaultPrefix(t *testing.T) {
 // The store's password appears nowhere in what the command prints, the
 // JSON's store field included.
 func TestFenceHidesThePassword(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	pgURL, pool := pgDB(t)
 	u, err := url.Parse(pgURL)

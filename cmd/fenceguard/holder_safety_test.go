@@ -158,6 +158,20 @@ func waitForFile(t *testing.T, path string) {
 	})
 }
 
+// holdUntilDone is a job (sh -c, its directory as $0) that creates
+// "started" in its directory and ends once the test creates "done" there
+// (see done): it holds its lock for as long as the test needs, however
+// slowly the machine runs the programs the test starts meanwhile.
+const holdUntilDone = `touch "$0/started"; while [ ! -e "$0/done" ]; do sleep 0.05; done`
+
+// done ends a holdUntilDone job in dir.
+func done(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "done"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // checkOwnLine checks that stderr is one line that starts with "fenceguard: ".
 func checkOwnLine(t *testing.T, what string, r result) {
 	t.Helper()
@@ -204,6 +218,7 @@ func readPID(t *testing.T, path string) int {
 // contenders for one key at once, each waiting its turn: their commands run
 // one at a time, and each later one sees a larger FENCING_TOKEN.
 func TestRunSuccessiveHoldersNeverOverlapAndGetIncreasingTokens(t *testing.T) {
+	t.Parallel()
 	eachLockService(t, func(t *testing.T, ls lockURL) {
 		log := filepath.Join(t.TempDir(), "history")
 		const contenders = 5
@@ -245,6 +260,7 @@ func TestRunSuccessiveHoldersNeverOverlapAndGetIncreasingTokens(t *testing.T) {
 // it gets SIGKILL after --grace, and run exits 77 even when the command
 // itself exits 0 on SIGTERM.
 func TestRunStopsTheWholeGroupWhenTheLeaseIsLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, job string
 		grace     time.Duration
@@ -326,9 +342,10 @@ func TestRunWithLockDelayStartsTheNextHolderOnlyAfterTheJobIsGone(t *testing.T) 
 // free at once, with no queue entry or grant of the interrupted run in the
 // way.
 func TestRunInterruptedWhileWaitingLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	eachLockService(t, func(t *testing.T, ls lockURL) {
 		dir := t.TempDir()
-		a := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--", "sh", "-c", `touch "$0/started"; sleep 4`, dir)...)
+		a := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--", "sh", "-c", holdUntilDone, dir)...)
 		waitForFile(t, filepath.Join(dir, "started"))
 		b := start(t, join(run(ls.args...), "--key", "q", "--ttl", "20s", "--wait", "50s", "--", "touch", filepath.Join(dir, "b-ran"))...)
 		// Time for b to start, connect and queue: a signal that comes
@@ -340,6 +357,7 @@ func TestRunInterruptedWhileWaitingLeavesNothingBehind(t *testing.T) {
 			t.Fatalf("interrupted waiter: exit %d, want 143; stderr %q", res.code, res.stderr)
 		}
 		checkOwnLine(t, "interrupted waiter", res)
+		done(t, dir)
 		if res := a.wait(); res.code != 0 {
 			t.Fatalf("holder: exit %d, stderr %q", res.code, res.stderr)
 		}
@@ -356,6 +374,7 @@ func TestRunInterruptedWhileWaitingLeavesNothingBehind(t *testing.T) {
 // passes on: the command ends by the signal, run exits 128+N, and the lock
 // is free at once.
 func TestRunPassesSignalsToTheCommandAndReleases(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
@@ -378,6 +397,7 @@ func TestRunPassesSignalsToTheCommandAndReleases(t *testing.T) {
 // with or without --wait; a lock held by another is 75 (or
 // --conflict-exit-code), with or without --wait; the command never runs.
 func TestRunTellsAnUnreachableServiceFromAHeldLock(t *testing.T) {
+	t.Parallel()
 	closed := closedAddr(t)
 	for _, url := range []string{"redis://" + closed, "redlock://" + closed + "," + closed + "," + closed, "etcd://" + closed, "zk://" + closed} {
 		t.Run(strings.SplitN(url, ":", 2)[0]+" unreachable", func(t *testing.T) {
@@ -403,7 +423,7 @@ func TestRunTellsAnUnreachableServiceFromAHeldLock(t *testing.T) {
 		dir := t.TempDir()
 		marker := filepath.Join(dir, "ran")
 		ls := redisURL(t)
-		holder := start(t, join(run(ls.args...), "--key", "held", "--ttl", "20s", "--", "sh", "-c", `touch "$0/started"; sleep 3`, dir)...)
+		holder := start(t, join(run(ls.args...), "--key", "held", "--ttl", "20s", "--", "sh", "-c", holdUntilDone, dir)...)
 		waitForFile(t, filepath.Join(dir, "started"))
 		for _, tc := range []struct {
 			args []string
@@ -422,6 +442,7 @@ func TestRunTellsAnUnreachableServiceFromAHeldLock(t *testing.T) {
 				checkOwnLine(t, "held lock", res)
 			}
 		}
+		done(t, dir)
 		if res := holder.wait(); res.code != 0 {
 			t.Errorf("holder: exit %d; stderr %q", res.code, res.stderr)
 		}
@@ -462,6 +483,7 @@ func TestRunWaitingOnAServiceThatDiesExits69(t *testing.T) {
 // TestTokenCheckConfirmsTheHolderOwnToken: inside the command, token --check
 // "$FENCING_TOKEN" exits 0, and a token one above it exits 65.
 func TestTokenCheckConfirmsTheHolderOwnToken(t *testing.T) {
+	t.Parallel()
 	eachLockService(t, func(t *testing.T, ls lockURL) {
 		job := `"$0" token --lock "$1" --prefix "$2" --key "$FENCING_KEY" --check "$FENCING_TOKEN" || exit 10
 "$0" token --lock "$1" --prefix "$2" --key "$FENCING_KEY" --check "$((FENCING_TOKEN + 1))" 2>/dev/null; [ $? -eq 65 ] || exit 11

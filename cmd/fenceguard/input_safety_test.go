@@ -223,6 +223,7 @@ func TestOddURLsNeverPanic(t *testing.T) {
 // its key exactly in FENCING_KEY, and keys that differ only by those
 // characters are different locks.
 func TestOddKeysAreLockedAndPassedVerbatim(t *testing.T) {
+	t.Parallel()
 	keys := []string{"{x}", "}x", "a/b", "/a", "a/", "//", "a/../b", ".", "..", "nl\nkey", "ключ✓", "\x01ctl", "sp ace",
 		"*", `a\b`, "-x", "a%2Fb", strings.Repeat("k", 10000)}
 	eachLockService(t, func(t *testing.T, ls lockURL) {
@@ -301,6 +302,7 @@ func postgresStore(t *testing.T) store {
 // resource, reset refuses and the mark stays; with --yes it sets the mark
 // and says what it changed. fence get of an unknown resource is 0.
 func TestFenceResetChangesNothingWithoutConfirmation(t *testing.T) {
+	t.Parallel()
 	for _, open := range []struct {
 		name string
 		open func(*testing.T) store

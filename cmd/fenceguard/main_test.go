@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,11 +24,32 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
+	setParallel()
 	if err := build(); err != nil {
 		fmt.Fprintln(os.Stderr, "fenceguard: building the program under test:", err)
 		os.Exit(1)
 	}
 	harness.Main(m)
+}
+
+// parallel is how many tests run at once unless -test.parallel says
+// otherwise. Most tests wait on the program under test, its lock's TTL or a
+// job it runs, each with keys or servers of its own, rather than use the
+// CPU: go test's default of GOMAXPROCS would leave a 2-core machine mostly
+// idle.
+const parallel = 3
+
+// setParallel makes -test.parallel default to parallel rather than
+// GOMAXPROCS.
+func setParallel() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			panic(err)
+		}
+	}
 }
 
 func build() error {

@@ -5,11 +5,13 @@ package main_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/harness/redisserver"
 )
 
@@ -43,8 +45,14 @@ func TestRunKillsTheJobByTheEndOfTheLockDelay(t *testing.T) {
 	a := start(t, join(run(ls.args...), "--key", "delay-kill", "--ttl", "1s", "--lock-delay", "4s", "--grace", "3900ms", "--",
 		"env", "LOG="+log, "DIR="+dir, "sh", "-c",
 		`echo $$ > "$DIR/job.pid"; trap '' TERM; while :; do echo A >> "$LOG"; sleep 0.05; done`)...)
-	waitForFile(t, filepath.Join(dir, "job.pid"))
-	job := readPID(t, filepath.Join(dir, "job.pid"))
+	var job int
+	harness.Eventually(t, 30*time.Second, func() error { // the file exists before the shell wrote to it
+		b, err := os.ReadFile(filepath.Join(dir, "job.pid"))
+		if err == nil {
+			job, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return err
+	})
 	b := start(t, join(run(ls.args...), "--key", "delay-kill", "--ttl", "5s", "--wait", "50s", "--",
 		"env", "LOG="+log, "sh", "-c", `echo B >> "$LOG"`)...)
 	// Freeze run and its job together for 2 s: past the 1 s lease, within

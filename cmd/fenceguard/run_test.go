@@ -23,6 +23,7 @@ func checkOwnError(t *testing.T, what string, r result) {
 }
 
 func TestRunExitsWithTheJobsStatus(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	for _, c := range []struct {
 		name, script string
@@ -49,6 +50,7 @@ func TestRunExitsWithTheJobsStatus(t *testing.T) {
 }
 
 func TestRunRefusesBadUsage(t *testing.T) {
+	t.Parallel()
 	db := redisLock(t)
 	_, addr, _ := strings.Cut(db.url, "://")
 	jd := newJobDir(t)
@@ -105,6 +107,7 @@ func TestRunRefusesBadUsage(t *testing.T) {
 // TestRunGivesTheJobItsTokenAndKey checks the environment of the job, over
 // successive runs on one key.
 func TestRunGivesTheJobItsTokenAndKey(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	const key = "billing/close-month"
@@ -135,6 +138,7 @@ func TestRunGivesTheJobItsTokenAndKey(t *testing.T) {
 }
 
 func TestRunPassesTheJobItsStdio(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	cmd := exec.Command(bin, lock.run("k", nil, `read -r line; echo "stdout $line"; echo "stderr $line" >&2`)...)
 	cmd.Stdin = strings.NewReader("from-test\n")
@@ -154,6 +158,7 @@ func TestRunPassesTheJobItsStdio(t *testing.T) {
 // TestRunTakesTheLockFromTheEnvironment checks FENCEGUARD_LOCK, and that
 // --lock wins over it.
 func TestRunTakesTheLockFromTheEnvironment(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	args := []string{"run", "--prefix", lock.prefix, "--key", "k", "--", "sh", "-c", `echo "$FENCING_TOKEN"`}
 	r := fenceguard(t, []string{"FENCEGUARD_LOCK=" + lock.url}, args...)
@@ -170,6 +175,7 @@ func TestRunTakesTheLockFromTheEnvironment(t *testing.T) {
 // TestRunLetsOneOfTwoSimultaneousInvocationsRun starts two invocations with
 // --wait 0 at once: exactly one runs its job, the other exits 75.
 func TestRunLetsOneOfTwoSimultaneousInvocationsRun(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	cmds := map[string]*exec.Cmd{}
@@ -205,6 +211,7 @@ func TestRunLetsOneOfTwoSimultaneousInvocationsRun(t *testing.T) {
 // TestRunSerializesWaitingInvocations starts three invocations at once with a
 // long --wait: all run their jobs, one after the other, with growing tokens.
 func TestRunSerializesWaitingInvocations(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	script := `echo "start $FENCING_TOKEN" >> "$JOB/log"; sleep 0.3; echo "end $FENCING_TOKEN" >> "$JOB/log"`
@@ -237,6 +244,7 @@ func TestRunSerializesWaitingInvocations(t *testing.T) {
 }
 
 func TestRunExitsTempfailWhenTheLockIsHeld(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	holder := startFenceguard(t, jd.env(), lock.run("k", nil, holdScript, "holder")...)
@@ -292,6 +300,7 @@ func TestRunExitsTempfailWhenTheLockIsHeld(t *testing.T) {
 // that is not executable (126) or not found (127), and that the lock is free
 // afterwards.
 func TestRunExitsWhenTheCommandCannotRun(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "job.sh")
@@ -356,6 +365,7 @@ func TestRunBoundsTheReleaseWhenTheServiceStopsAnswering(t *testing.T) {
 // without naming the lock service: run exports FENCEGUARD_LOCK and
 // FENCEGUARD_PREFIX.
 func TestRunLetsTheJobAskForTheToken(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	script := `printf '%s|%s\n' "$FENCEGUARD_LOCK" "$FENCEGUARD_PREFIX" > "$JOB/env"

@@ -109,6 +109,7 @@ func parseToken(t *testing.T, what, s string) uint64 {
 // lock is held), a second invocation cannot take the lock while the first
 // holds it, and a lease lost to a pause ends the job with exit 77.
 func TestRunAndTokenOnEveryScheme(t *testing.T) {
+	t.Parallel()
 	for _, sc := range []struct {
 		name string
 		lock func(*testing.T) lockSpec
@@ -230,6 +231,7 @@ func containsAny(s string, subs []string) bool {
 // at ports nothing listens on, and at proxies that accept connections but
 // never answer (so only --connect-timeout ends the attempt).
 func TestRunExitsUnavailableWhenTheLockServiceIsUnreachable(t *testing.T) {
+	t.Parallel()
 	for _, sc := range []struct {
 		scheme, path string
 		nodes        int

@@ -161,6 +161,7 @@ echo $$ > "$JOB/$1.pid"
 while :; do sleep 0.05; done`
 
 func TestRunForwardsSignalsToTheJob(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
 		name := strings.TrimPrefix(unixName(sig), "SIG")
 		t.Run(name, func(t *testing.T) {
@@ -228,6 +229,7 @@ func takeWhilePaused(t *testing.T, lock lockSpec, jd jobDir, key string, fg *exe
 // first invocation sends its job SIGTERM and exits 77, though the job exits 0.
 // TestRunAndTokenOnEveryScheme checks the same on every scheme.
 func TestRunTerminatesTheJobWhenItsLeaseExpiresDuringAPause(t *testing.T) {
+	t.Parallel()
 	checkLostToAPause(t, redisLock(t), "k")
 }
 
@@ -254,6 +256,7 @@ while :; do sleep 0.05; done`
 // with a job that ignores SIGTERM and started a child that ignores it too:
 // --grace after the SIGTERM the program kills the whole group.
 func TestRunKillsTheJobGroupWhenItIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	const key = "k"
@@ -289,6 +292,7 @@ while :; do sleep 0.05; done`
 // TestRunTerminatesTheJobWhenRenewalIsRefused deletes the lock behind the
 // holder's back: its next renewal is refused, well before its TTL runs out.
 func TestRunTerminatesTheJobWhenRenewalIsRefused(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	lock := lockSpec{url: "redis://" + db.Addr, prefix: db.Prefix}
 	jd := newJobDir(t)
@@ -346,6 +350,7 @@ const groupAliveScript = `alive() {
 // longer than --grace, B's job starts only once A's job (which ignores
 // SIGTERM) is dead; without it B's job starts while A's still lives, paused.
 func TestRunLockDelayKeepsTheNextJobOutUntilThePausedJobIsDead(t *testing.T) {
+	t.Parallel()
 	aScript := `trap 'echo "A TERM" >> "$JOB/log"' TERM
 echo "A start" >> "$JOB/log"; echo $$ > "$JOB/a.pid"
 while :; do sleep 0.05; done`
@@ -406,6 +411,7 @@ while :; do sleep 0.05; done`
 // TestRunEndsTheWaitForTheLockOnASignal signals an invocation waiting in the
 // lock's queue: it gives up at once, with 128+N, and never runs its job.
 func TestRunEndsTheWaitForTheLockOnASignal(t *testing.T) {
+	t.Parallel()
 	db := redisserver.Shared(t)
 	lock := lockSpec{url: "redis://" + db.Addr, prefix: db.Prefix}
 	jd := newJobDir(t)
@@ -498,6 +504,7 @@ func waitState(t *testing.T, what string, pid int, not bool, states string) {
 // TestRunTakesTheJobDownWhenKilled kills the program with SIGKILL, which it
 // cannot pass on: the job dies with it rather than run on without the lock.
 func TestRunTakesTheJobDownWhenKilled(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	fg := startFenceguard(t, jd.env(), lock.run("k", nil, `echo $$ > "$JOB/a.pid"; while :; do sleep 0.05; done`)...)
@@ -513,6 +520,7 @@ func TestRunTakesTheJobDownWhenKilled(t *testing.T) {
 // Ctrl-Z does: the job stops with it, and SIGCONT to the program continues
 // both.
 func TestRunStopsTheJobOnCtrlZ(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	fg := startFenceguard(t, jd.env(), lock.run("k", nil, holdScript, "a")...)
@@ -536,6 +544,7 @@ func TestRunStopsTheJobOnCtrlZ(t *testing.T) {
 // SIGTSTP past its TTL while another takes the lock: continued, the job is
 // terminated and the program exits 77.
 func TestRunEndsTheJobWhenItsLeaseRanOutDuringCtrlZ(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	const key = "k"
@@ -570,6 +579,7 @@ while :; do sleep 0.05; done`
 // (as one reading the terminal does): the job must act on it, not hold the
 // lock stopped for good.
 func TestRunTerminatesAStoppedJob(t *testing.T) {
+	t.Parallel()
 	lock := redisLock(t)
 	jd := newJobDir(t)
 	fg := startFenceguard(t, jd.env(), lock.run("k", nil, `echo $$ > "$JOB/a.pid"; kill -STOP $$; echo continued >> "$JOB/log"`)...)

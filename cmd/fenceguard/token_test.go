@@ -98,6 +98,7 @@ func dec(t token.Token) string { return strconv.FormatUint(uint64(t), 10) }
 // admits exactly it: a token of an earlier grant and one never granted
 // are 65.
 func TestTokenPrintsTheCurrentGrant(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	for _, l := range lockServices(t) {
 		t.Run(l.name, func(t *testing.T) {
@@ -152,6 +153,7 @@ func TestTokenUnreachableLock(t *testing.T) {
 // A lock URL the command cannot use, a missing lock or key, or a --check
 // that is not a token, is a usage error.
 func TestTokenBadUsage(t *testing.T) {
+	t.Parallel()
 	a, b, c := closedAddr(t), closedAddr(t), closedAddr(t)
 	for _, args := range [][]string{
 		{"--lock", "memcached://" + a, "--key", "k"},
@@ -173,6 +175,7 @@ func TestTokenBadUsage(t *testing.T) {
 
 // FENCEGUARD_LOCK is the default of --lock; --lock wins over it.
 func TestTokenLockFromEnvironment(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, time.Minute)
 	l := redisService(t)
 	tok := l.acquire(t, ctx, "k").Token()
