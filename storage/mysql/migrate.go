@@ -62,6 +62,10 @@ func Migrate(ctx context.Context, db *sql.DB) error { return defaultTokens.Migra
 // lock until ctx's deadline, or a minute without one. MySQL commits DDL
 // at once, so each statement of a migration stands on its own; each is
 // written to be run again.
+//
+// A table that exists is kept, so Migrate then checks its token column:
+// one that is not BIGINT UNSIGNED (a signed BIGINT, say, as PostgreSQL's
+// enforcer uses) cannot hold every token, and is a [*SchemaError].
 func (k *Tokens) Migrate(ctx context.Context, db *sql.DB) (err error) {
 	if db == nil {
 		return fmt.Errorf("%w: nil DB", ErrBadInput)
@@ -104,6 +108,21 @@ func (k *Tokens) Migrate(ctx context.Context, db *sql.DB) (err error) {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("mysql: migrate %s: %s: %w", k.name, names[i], err)
 		}
+	}
+	// A table that existed was kept as it is: its token column must hold
+	// every token, or outside strict sql_mode the server would store a
+	// token beyond its range clipped, and a lower token pass the mark.
+	var typ sql.NullString
+	err = conn.QueryRowContext(ctx, `SELECT MAX(COLUMN_TYPE) FROM information_schema.COLUMNS
+ WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = 'token'`,
+		k.schema, k.tableName).Scan(&typ)
+	if err != nil {
+		return fmt.Errorf("mysql: migrate %s: check the token column: %w", k.name, err)
+	}
+	if t := strings.ToLower(typ.String); !typ.Valid || !strings.HasPrefix(t, "bigint") || !strings.Contains(t, "unsigned") {
+		return &SchemaError{Object: k.name,
+			Err: fmt.Errorf("the existing table's token column is %q, which cannot hold every token", typ.String),
+			Fix: "ALTER TABLE " + k.table + " MODIFY token BIGINT UNSIGNED NOT NULL"}
 	}
 	return nil
 }

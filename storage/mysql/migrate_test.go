@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -62,5 +63,27 @@ func TestMigrateWaitsForTheLock(t *testing.T) {
 	}
 	if err := mysql.Migrate(ctx, db); err != nil {
 		t.Fatalf("Migrate once the lock is free: %v", err)
+	}
+}
+
+// Migrate keeps a high-water table that exists, so it checks that its
+// token column holds every token: outside strict sql_mode a signed one
+// stores 2^63+1000 as 2^63-1, and a claim at 2^63+1 then passes.
+func TestMigrateRefusesATokenColumnNotBigintUnsigned(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t, "sql_mode", "")
+	for _, typ := range []string{"BIGINT", "INT UNSIGNED", "DECIMAL(20,0)"} {
+		exec(t, db, `DROP TABLE IF EXISTS fence_tokens`,
+			`CREATE TABLE fence_tokens (resource VARBINARY(767) PRIMARY KEY, token `+typ+` NOT NULL, updated_at DATETIME(6) NOT NULL)`)
+		if err := mysql.Migrate(ctx, db); !errors.Is(err, mysql.ErrSchema) {
+			t.Errorf("Migrate over a token column %s: %v, want ErrSchema", typ, err)
+		}
+	}
+	exec(t, db, `DROP TABLE fence_tokens`)
+	if err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatalf("Migrate again: %v", err)
 	}
 }

@@ -52,11 +52,14 @@ const MaxResourceLen = 767
 //
 // A Tokens is immutable and safe for concurrent use.
 type Tokens struct {
-	name   string // as configured, for messages
-	table  string // quoted
-	check  token.Check
-	logger *slog.Logger
-	hold   time.Duration
+	name  string // as configured, for messages
+	table string // quoted
+	// schema and tableName are the parts of the name as configured
+	// (schema "" for the connection's database), for information_schema.
+	schema, tableName string
+	check             token.Check
+	logger            *slog.Logger
+	hold              time.Duration
 
 	claimSQL     string // resource, then t four times → LAST_INSERT_ID: the mark before, t when there was none, 0 when hidden
 	markSQL      string // resource → token, under the row's lock
@@ -87,6 +90,10 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 		return nil, err
 	}
 	k := &Tokens{name: strings.Join(o.Name, "."), table: tbl, check: o.Check, logger: o.Logger, hold: o.HoldTimeout}
+	k.tableName = o.Name[len(o.Name)-1]
+	if len(o.Name) == 2 {
+		k.schema = o.Name[0]
+	}
 	// MySQL has no RETURNING, and the affected-rows count of an upsert
 	// depends on the client's CLIENT_FOUND_ROWS flag (an unchanged row
 	// counts 0 without it, 1 with it: the same as an insert). So the
