@@ -116,6 +116,10 @@ func TxAll(ctx context.Context, db *sql.DB, claims map[string]token.Token, fn fu
 //     the server's 1213 or 1205, and [ErrHoldExpired] when the hold bound
 //     ended the transaction under fn.
 //   - fn panics: rollback, and the panic carries on.
+//   - fn commits or rolls back tx itself: Tx returns an error (the
+//     transaction is done), though what fn committed stays committed,
+//     past the lease check Tx makes before its own COMMIT. Leave ending
+//     tx to Tx.
 //   - fn returns nil, but the server rolled the transaction back under it
 //     (a deadlock whose error fn dropped): nothing commits, and Tx returns
 //     an error wrapping [ErrDeadlock]. The session runs with autocommit
