@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,7 +23,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	setParallel()
+	harness.DefaultParallel(parallel)
 	if err := build(); err != nil {
 		fmt.Fprintln(os.Stderr, "fenceguard: building the program under test:", err)
 		os.Exit(1)
@@ -38,19 +37,6 @@ func TestMain(m *testing.M) {
 // CPU: go test's default of GOMAXPROCS would leave a 2-core machine mostly
 // idle.
 const parallel = 3
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 func build() error {
 	dir, err := harness.TempDir("cli-")

@@ -3,13 +3,12 @@ package frozen
 import (
 	"context"
 	"errors"
-	"flag"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fenceguard/fenceguard/guard"
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks"
 )
@@ -21,14 +20,7 @@ import (
 const parallel = 6
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
+	harness.DefaultParallel(parallel)
 	itest.Main(m)
 }
 

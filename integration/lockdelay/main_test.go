@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 	"github.com/fenceguard/fenceguard/locks"
 	"github.com/fenceguard/fenceguard/locks/etcdlock"
@@ -32,7 +31,7 @@ func TestMain(m *testing.M) {
 	if js, ok := os.LookupEnv(holderEnv); ok {
 		os.Exit(holderMain(js))
 	}
-	setParallel()
+	harness.DefaultParallel(parallel)
 	itest.Main(m)
 }
 
@@ -41,19 +40,6 @@ func TestMain(m *testing.M) {
 // waiting out its lease, each on keys of its own: go test's default of
 // GOMAXPROCS would run two of the four at once.
 const parallel = 4
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 // config is what a locker is built from, in the test process and in the
 // holder's alike.

@@ -1,15 +1,14 @@
 package partition
 
 import (
-	"flag"
-	"strconv"
 	"testing"
 
+	"github.com/fenceguard/fenceguard/harness"
 	"github.com/fenceguard/fenceguard/integration/internal/itest"
 )
 
 func TestMain(m *testing.M) {
-	setParallel()
+	harness.DefaultParallel(parallel)
 	itest.Main(m)
 }
 
@@ -20,16 +19,3 @@ func TestMain(m *testing.M) {
 // themselves still come one at a time (they shape the loopback device). Kept
 // low: each ensemble is three JVMs to start.
 const parallel = 3
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}

@@ -3,10 +3,8 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	setParallel()
+	harness.DefaultParallel(parallel)
 	etcdserver.ExamplesNeed()
 	examplesFromEnv()
 	harness.Main(m)
@@ -40,19 +38,6 @@ func TestMain(m *testing.M) {
 // the whole server (its revision, the process's goroutines) run alone,
 // before the parallel ones.
 const parallel = 4
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()

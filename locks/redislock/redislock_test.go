@@ -3,11 +3,9 @@ package redislock_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +27,7 @@ import (
 // sleeps a second between tries and notices its client's Close only when
 // it wakes (the Unreachable conformance test leaves one behind).
 func TestMain(m *testing.M) {
-	setParallel()
+	harness.DefaultParallel(parallel)
 	redisserver.ExamplesNeed()
 	examplesFromEnv()
 	harness.Main(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
@@ -40,19 +38,6 @@ func TestMain(m *testing.M) {
 // its own or servers of its own, rather than use the CPU: go test's default
 // of GOMAXPROCS would leave a 2-core machine mostly idle.
 const parallel = 4
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 var discard = slog.New(slog.DiscardHandler)
 

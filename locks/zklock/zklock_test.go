@@ -3,11 +3,9 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	setParallel()
+	harness.DefaultParallel(parallel)
 	harness.Main(m)
 }
 
@@ -36,19 +34,6 @@ func TestMain(m *testing.M) {
 // go test's default of GOMAXPROCS would leave a 2-core machine mostly idle.
 // Kept low: each ensemble is three JVMs to start.
 const parallel = 3
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 type quiet struct{}
 

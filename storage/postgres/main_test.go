@@ -2,11 +2,9 @@ package postgres_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(holdChildEnv) != "" { // a frozen holder of TestTxFrozenHolder
 		os.Exit(holdChild())
 	}
-	setParallel()
+	harness.DefaultParallel(parallel)
 	pgserver.ExamplesNeed()
 	examplesFromEnv()
 	harness.Main(m)
@@ -35,19 +33,6 @@ func TestMain(m *testing.M) {
 // holders, each in a database of its own, rather than use the CPU: go test's
 // default of GOMAXPROCS would leave a 2-core machine mostly idle.
 const parallel = 4
-
-// setParallel makes -test.parallel default to parallel rather than
-// GOMAXPROCS.
-func setParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
-			panic(err)
-		}
-	}
-}
 
 // discard is a logger for tests that do not look at the audit records.
 var discard = slog.New(slog.DiscardHandler)
