@@ -85,11 +85,7 @@ func TestTxAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 10 {
-				tok := token.Token(next.Add(1))
-				c := map[string]token.Token{}
-				for _, i := range rand.Perm(len(resources))[:3] {
-					c[resources[i]] = tok
-				}
+				c := threeOf(resources, token.Token(next.Add(1)))
 				err := marks.TxAll(ctx, db, c, func(tx *sql.Tx) error {
 					_, err := tx.ExecContext(ctx, `UPDATE items SET v = v + 1 WHERE id = 1`)
 					return err
@@ -196,11 +192,7 @@ func TestTxAllSnapshotIsolation(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			for range 8 {
-				tok := token.Token(next.Add(1))
-				c := map[string]token.Token{}
-				for _, i := range rand.Perm(len(resources))[:3] {
-					c[resources[i]] = tok
-				}
+				c := threeOf(resources, token.Token(next.Add(1)))
 				err := marks.TxAll(ctx, db, c, func(tx *sql.Tx) error {
 					for r := range c {
 						var n int
@@ -240,4 +232,13 @@ func TestTxAllSnapshotIsolation(t *testing.T) {
 			t.Errorf("%s: counted %d, %d increments accepted", r, n, want)
 		}
 	}
+}
+
+// threeOf claims three of resources, picked at random, for tok.
+func threeOf(resources []string, tok token.Token) map[string]token.Token {
+	c := map[string]token.Token{}
+	for _, i := range rand.Perm(len(resources))[:3] {
+		c[resources[i]] = tok
+	}
+	return c
 }
