@@ -27,7 +27,7 @@ func (tb *Table) HighWater(ctx context.Context, db DB, key any) (token.Token, er
 	if key == nil {
 		return 0, fmt.Errorf("%w: nil key", ErrBadInput)
 	}
-	resource := tb.name + "/" + fmt.Sprint(key)
+	resource := tb.name + "/" + keyName(key)
 	tomb := "" // no resource key is empty: matches no tombstone
 	if kind, err := tb.verify(ctx, db); err == nil {
 		if tomb, err = tb.tombstone(kind, key); err != nil {

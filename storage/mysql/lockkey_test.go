@@ -72,3 +72,51 @@ func TestNewTableWithoutKeyIsBadInput(t *testing.T) {
 		t.Fatalf("NewTable without Key: %v, want ErrBadInput naming Key", err)
 	}
 }
+
+// A []byte key names its row by its bytes, as a string key does: the lock
+// of []byte("a") is the lock of "a", never the lock of the row "[97]".
+func TestLockKeyOfAByteSliceKeyIsItsText(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t)
+	if err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE bins (id VARBINARY(64) PRIMARY KEY, n INT NOT NULL DEFAULT 0, fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO bins (id) VALUES ('a'), ('[97]')"); err != nil {
+		t.Fatal(err)
+	}
+	bins, err := mysql.NewTable(mysql.TableOptions{Name: []string{"bins"}, Key: "id",
+		Check: token.NoCheck(), LockKey: mysql.LockKeyPrefix("bin:")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type raw []byte
+	// The holder of the row "[97]" must not write the row "a".
+	other := token.NewContext(context.Background(), "bin:[97]", 50)
+	for _, key := range []any{[]byte("a"), raw("a")} {
+		if err := bins.Update(other, db, key, 0, mysql.Add("n", 1)); !errors.Is(err, token.ErrMissing) {
+			t.Errorf("Update of %T %q under the lock of another row: %v, want ErrMissing", key, key, err)
+		}
+	}
+	var n int
+	var mark uint64
+	if err := db.QueryRowContext(ctx, "SELECT n, fence_token FROM bins WHERE id = 'a'").Scan(&n, &mark); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || mark != 0 {
+		t.Fatalf("row a written under another row's lock: n %d, mark %d", n, mark)
+	}
+	// The holder of the row "a" writes it, whichever Go type names it.
+	own := token.NewContext(context.Background(), "bin:a", 60)
+	for _, key := range []any{"a", []byte("a"), raw("a")} {
+		if err := bins.Update(own, db, key, 0, mysql.Add("n", 1)); err != nil {
+			t.Errorf("Update of %T %q under its own lock: %v", key, key, err)
+		}
+	}
+	var stale *token.StaleError
+	if err := bins.Update(ctx, db, []byte("a"), 59); !errors.As(err, &stale) || stale.Resource != "bins/a" {
+		t.Errorf("stale Update of []byte(\"a\"): %v, want a *token.StaleError for bins/a", err)
+	}
+}

@@ -64,8 +64,9 @@ type TableOptions struct {
 //
 // A row's resource name, which the check is asked about and every
 // [*token.StaleError] carries, is "<table name>/<key>": the Name as
-// configured, its parts joined by ".", a slash, and the key as
-// fmt.Sprint formats it.
+// configured, its parts joined by ".", a slash, and the key as text: a
+// []byte (or a named byte slice) as its bytes, as the string key column
+// stores it, anything else as fmt.Sprint formats it.
 //
 // A Table is immutable and safe for concurrent use.
 type Table struct {
@@ -131,8 +132,10 @@ func NewTable(o TableOptions) (*Table, error) {
 }
 
 // LockKeyPrefix returns a [TableOptions.LockKey] for rows whose lock key
-// is prefix followed by the row's key as fmt.Sprint formats it, as in the
-// row's resource name: LockKeyPrefix("sku:") maps key 42 to "sku:42".
+// is prefix followed by the row's key as text, as in the row's resource
+// name (a []byte as its bytes, anything else as fmt.Sprint formats it):
+// LockKeyPrefix("sku:") maps key 42 to "sku:42", and []byte("a") to
+// "sku:a", the lock of the string key "a", which names the same row.
 //
 // The mapping is of the Go value, not of the row: pass keys as Go values
 // of the key column's kind (an integer for an integer key), never as the
@@ -142,7 +145,21 @@ func NewTable(o TableOptions) (*Table, error) {
 // does not guard it. Parse and canonicalise keys before they reach the
 // Table, as the handler must anyway to name the lock it takes.
 func LockKeyPrefix(prefix string) func(key any) string {
-	return func(key any) string { return prefix + fmt.Sprint(key) }
+	return func(key any) string { return prefix + keyName(key) }
+}
+
+// keyName is the key as it appears in a row's resource name and lock key:
+// a byte slice as the text it holds (fmt.Sprint would write []byte("a")
+// as "[97]", the name of another row, while naming row "a" otherwise),
+// anything else as fmt.Sprint formats it.
+func keyName(key any) string {
+	if b, ok := key.([]byte); ok {
+		return string(b)
+	}
+	if v := reflect.ValueOf(key); v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
+		return string(v.Bytes())
+	}
+	return fmt.Sprint(key)
 }
 
 // Clause is one clause of [Table.Update]: a column's new value, [Set] or
@@ -308,7 +325,7 @@ func (tb *Table) Read(ctx context.Context, db DB, key any, t token.Token, column
 	if err := tb.update(ctx, db, "read", key, t, nil); err != nil {
 		return err
 	}
-	resource := tb.name + "/" + fmt.Sprint(key)
+	resource := tb.name + "/" + keyName(key)
 	q := `SELECT ` + strings.Join(cols, ", ") + ` FROM ` + tb.tbl + ` WHERE ` + tb.key + ` = ?`
 	if err := db.QueryRowContext(ctx, q, key).Scan(dest...); err != nil {
 		return tb.wrapErr("read", resource, err)
@@ -342,7 +359,7 @@ func (tb *Table) admit(ctx context.Context, db DB, op string, key any, t token.T
 	if key == nil {
 		return "", 0, fmt.Errorf("%w: nil key", ErrBadInput)
 	}
-	resource := tb.name + "/" + fmt.Sprint(key)
+	resource := tb.name + "/" + keyName(key)
 	lk := resource
 	if tb.lockKey != nil && t == 0 {
 		lk = tb.lockKey(key)
