@@ -117,7 +117,9 @@
 //
 // Triggers: the server reports no LAST_INSERT_ID for a statement that
 // fired one. A trigger on the high-water table costs a claim a second
-// round trip (a locking read of the mark); a guarded table with triggers
+// round trip (a locking read of the mark, which must then hold the token:
+// a claim a trigger kept from advancing the mark is an error, never
+// accepted); a guarded table with triggers
 // cannot be used in column mode, whose Update, Upsert and Returning then
 // return [ErrTriggers]: guard such a table with [Tokens.Tx]. (Reset, on a
 // high-water table with triggers, reports 0 as the mark it replaced.)

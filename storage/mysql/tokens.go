@@ -206,6 +206,11 @@ func (k *Tokens) claim(ctx context.Context, db DB, resource string, t token.Toke
 			if err != nil {
 				return k.wrapErr("claim "+resource+" in", err)
 			}
+			if cur < uint64(t) {
+				// The statement did not leave t there: a trigger that
+				// rewrites NEW.token, or a Reset in between. Not accepted.
+				return fmt.Errorf("mysql: claim %s in %s: the mark is %d after the claim of %d (a trigger on the table kept it from advancing, or a Reset lowered it)", resource, k.name, cur, uint64(t))
+			}
 			found = int64(cur)
 		}
 		if cur := token.Token(uint64(found)); cur > t {

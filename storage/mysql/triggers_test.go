@@ -138,3 +138,41 @@ func TestColumnModeOnATableWithTriggersIsErrTriggers(t *testing.T) {
 		})
 	}
 }
+
+// A BEFORE UPDATE trigger that keeps the mark where it was makes a claim
+// above the mark leave it unmoved: that claim is not accepted, so a lower
+// token cannot be accepted after it.
+func TestClaimThatATriggerKeptFromAdvancingIsNotAccepted(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	db := newDB(t)
+	tk, err := mysql.NewTokens(mysql.TokensOptions{Check: token.NoCheck(), Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	f := tk.Fence(db)
+	if err := f.Claim(ctx, "r", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TRIGGER keep BEFORE UPDATE ON fence_tokens FOR EACH ROW SET NEW.token = OLD.token"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Claim(ctx, "r", 20); err == nil {
+		t.Error("claim of 20 accepted with the mark left at 10")
+	}
+	ran := false
+	if err := tk.Tx(ctx, db, "r", 20, func(*sql.Tx) error { ran = true; return nil }); err == nil || ran {
+		t.Errorf("Tx of 20 with the mark left at 10: %v, fn ran %v", err, ran)
+	}
+	if err := tk.TxAll(ctx, db, map[string]token.Token{"r": 20}, func(*sql.Tx) error { ran = true; return nil }); err == nil || ran {
+		t.Errorf("TxAll of 20 with the mark left at 10: %v, fn ran %v", err, ran)
+	}
+	if err := f.Claim(ctx, "r", 10); err != nil {
+		t.Errorf("claim equal to the mark: %v", err)
+	}
+	if err := f.Claim(ctx, "r", 5); !errors.Is(err, token.ErrStale) {
+		t.Errorf("claim below the mark: %v", err)
+	}
+}

@@ -518,6 +518,10 @@ func (k *Tokens) claimTx(ctx context.Context, tx *sql.Tx, c txClaims) error {
 		}
 		if cur := token.Token(m); cur > x.t {
 			return &token.StaleError{Resource: x.resource, Presented: x.t, Current: cur}
+		} else if cur < x.t {
+			// The upsert did not leave the token there: a trigger on the
+			// table rewrote NEW.token. Not accepted.
+			return fmt.Errorf("mysql: claim %s in %s: the mark of %s is %d after the claim of %d (a trigger on the table kept it from advancing)", c.name(), k.name, x.resource, m, uint64(x.t))
 		}
 	}
 	return nil
