@@ -311,12 +311,14 @@ func (o runOptions) conflict(err error) error {
 
 // failedAttempt tells whether an acquire that ran out of time had attempts
 // that failed (the guard wraps the last one's error beside the context's),
-// rather than waiting its turn.
+// rather than waiting its turn. An attempt whose socket timed out is not
+// one: the client sets the socket's deadline from the context's, so the
+// wait running out mid-request looks so; acquire then asks the service.
 func failedAttempt(err error) bool {
 	for err != nil {
 		if m, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range m.Unwrap() {
-				if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
+				if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && !errors.Is(e, os.ErrDeadlineExceeded) {
 					return true
 				}
 			}
