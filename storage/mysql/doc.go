@@ -122,7 +122,10 @@
 // accepted); a guarded table with triggers
 // cannot be used in column mode, whose Update, Upsert and Returning then
 // return [ErrTriggers]: guard such a table with [Tokens.Tx]. (Reset, on a
-// high-water table with triggers, reports 0 as the mark it replaced.)
+// high-water table with triggers, reports 0 as the mark it replaced.) A
+// trigger that rewrites the token itself is the operator's: one that
+// raises it moves the mark on every claim outside a transaction, refused
+// ones included, though no stale token is ever accepted.
 //
 // The session must autocommit, as the server does by default: a claim,
 // an Update or a Read's claim on a *sql.DB or *sql.Conn is one statement
